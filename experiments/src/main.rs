@@ -1,0 +1,2 @@
+//! The dsgd command line (to come).
+fn main() {}

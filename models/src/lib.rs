@@ -1,0 +1,1 @@
+//! Gradient sources (to come).

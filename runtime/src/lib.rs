@@ -1,0 +1,1 @@
+//! Distributed-SGD algorithms as executor-agnostic state machines (to come).

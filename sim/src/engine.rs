@@ -1,0 +1,537 @@
+//! The engine: a single-threaded discrete-event simulation of a cluster.
+//!
+//! The caller (the training runtime) owns the behaviour of the nodes; the engine owns time, the
+//! network, compute, faults, randomness and the digest. The caller acts through [`Sim::send`],
+//! [`Sim::set_timer`], [`Sim::cancel_timer`], [`Sim::move_timer`] and [`Sim::start_compute`], and
+//! learns what happened by calling [`Sim::step`], which processes internal events (message hops,
+//! losses, NIC changes) silently and returns the next [`Occurrence`] a node must react to. Events
+//! are ordered by `(time, sequence number)`; everything random comes from named streams of the
+//! root seed; so the same configuration always yields the same occurrences and the same digest.
+
+use crate::compute::{ComputeConfig, ComputeModel};
+use crate::digest::Digest;
+use crate::error::{Result, SimError};
+use crate::faults::{Fault, FaultConfig, LossWindow, PartitionWindow, RandomFailures};
+use crate::net::{Network, NetworkConfig, Next, Progress};
+use crate::queue::{EventKey, EventQueue};
+use crate::rng::{StreamRng, Streams};
+use crate::time::{SimDuration, SimTime};
+use crate::trace::{EventKind, Trace, TraceRecord};
+use rand::Rng;
+use rand_distr::{Distribution, Exp};
+
+/// Everything the engine needs to build a cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// Number of nodes (at least 1).
+    pub nodes: usize,
+    /// Root seed of every random stream.
+    pub seed: u64,
+    /// The network.
+    pub network: NetworkConfig,
+    /// Step times and stragglers.
+    pub compute: ComputeConfig,
+    /// Faults.
+    pub faults: FaultConfig,
+    /// Record a trace of every event (memory grows with the run).
+    pub trace: bool,
+}
+
+impl SimConfig {
+    /// A fault-free cluster of `nodes` nodes with default network and compute.
+    pub fn new(nodes: usize, seed: u64) -> Self {
+        SimConfig {
+            nodes,
+            seed,
+            network: NetworkConfig::default(),
+            compute: ComputeConfig::default(),
+            faults: FaultConfig::default(),
+            trace: false,
+        }
+    }
+}
+
+/// Handle of a pending timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerId(pub u64);
+
+/// Handle of a computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+/// Something a node must react to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Occurrence<M> {
+    /// A timer set by `node` fired.
+    Timer {
+        /// The node.
+        node: usize,
+        /// The timer.
+        timer: TimerId,
+        /// The tag given when it was set.
+        tag: u64,
+    },
+    /// A message arrived.
+    Message {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// Size on the wire.
+        bytes: u64,
+        /// When it was sent.
+        sent_at: SimTime,
+        /// What it carries.
+        payload: M,
+    },
+    /// A computation finished.
+    ComputeDone {
+        /// The node.
+        node: usize,
+        /// The job.
+        job: JobId,
+        /// When it started running (after any earlier job on the node).
+        started: SimTime,
+    },
+    /// A node crashed: its pending timers and computations are gone.
+    Crashed {
+        /// The node.
+        node: usize,
+    },
+    /// A crashed node came back.
+    Restarted {
+        /// The node.
+        node: usize,
+    },
+}
+
+/// Counters of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Events processed (internal ones included).
+    pub events: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Messages delivered.
+    pub messages_delivered: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Messages lost because an end crashed.
+    pub lost_crash: u64,
+    /// Messages lost to partitions.
+    pub lost_partition: u64,
+    /// Messages lost to random loss.
+    pub lost_random: u64,
+    /// Timers and computations of crashed nodes that were discarded.
+    pub discarded: u64,
+    /// Crashes that happened.
+    pub crashes: u64,
+    /// Restarts that happened.
+    pub restarts: u64,
+}
+
+struct Transit<M> {
+    from: u32,
+    to: u32,
+    src_inc: u32,
+    dst_inc: u32,
+    lost: bool,
+    bytes: u64,
+    sent_at: SimTime,
+    progress: Progress,
+    payload: M,
+}
+
+enum Ev<M> {
+    Timer { node: u32, inc: u32, tag: u64 },
+    Compute { node: u32, inc: u32, job: u64, started: SimTime },
+    Hop(Transit<M>),
+    Deliver(Transit<M>),
+    Crash { node: u32, random: bool },
+    Restart { node: u32, random: bool },
+    Nic { node: u32, factor: f64 },
+}
+
+#[derive(Clone, Copy)]
+struct NodeState {
+    up: bool,
+    /// Bumped on every crash and restart: events and messages of an older incarnation are void.
+    inc: u32,
+    compute_free: SimTime,
+}
+
+/// The simulation of one cluster.
+pub struct Sim<M> {
+    queue: EventQueue<Ev<M>>,
+    nodes: Vec<NodeState>,
+    net: Network,
+    compute: ComputeModel,
+    partitions: Vec<PartitionWindow>,
+    losses: Vec<LossWindow>,
+    loss_rng: StreamRng,
+    random_failures: Option<(Exp<f64>, Exp<f64>)>,
+    fault_rngs: Vec<StreamRng>,
+    streams: Streams,
+    digest: Digest,
+    stats: SimStats,
+    trace: Option<Trace>,
+    next_job: u64,
+}
+
+impl<M> Sim<M> {
+    /// Builds a cluster, validating the whole configuration, and schedules its faults.
+    pub fn new(cfg: &SimConfig) -> Result<Self> {
+        let n = cfg.nodes;
+        if n == 0 {
+            return Err(SimError::config("nodes", "must be at least 1"));
+        }
+        if n > u32::MAX as usize / 4 {
+            return Err(SimError::config("nodes", "is too large"));
+        }
+        cfg.faults.validate(n)?;
+        let streams = Streams::new(cfg.seed);
+        let mut sim = Sim {
+            queue: EventQueue::with_capacity(4 * n),
+            nodes: vec![NodeState { up: true, inc: 0, compute_free: SimTime::ZERO }; n],
+            net: Network::new(&cfg.network, n)?,
+            compute: ComputeModel::new(&cfg.compute, n, &streams)?,
+            partitions: cfg.faults.partitions(n),
+            losses: cfg.faults.losses(),
+            loss_rng: streams.stream("net.loss", 0),
+            random_failures: None,
+            fault_rngs: Vec::new(),
+            streams,
+            digest: Digest::new(),
+            stats: SimStats::default(),
+            trace: cfg.trace.then(Trace::default),
+            next_job: 0,
+        };
+        sim.schedule_faults(&cfg.faults)?;
+        Ok(sim)
+    }
+
+    fn schedule_faults(&mut self, faults: &FaultConfig) -> Result<()> {
+        for f in &faults.schedule {
+            match *f {
+                Fault::Crash { node, at } => {
+                    self.push(at, Ev::Crash { node: node as u32, random: false })?;
+                }
+                Fault::Restart { node, at } => {
+                    self.push(at, Ev::Restart { node: node as u32, random: false })?;
+                }
+                Fault::NicDegrade { node, from, until, factor } => {
+                    self.push(from, Ev::Nic { node: node as u32, factor })?;
+                    self.push(until, Ev::Nic { node: node as u32, factor: 1.0 })?;
+                }
+                Fault::Partition { .. } | Fault::MessageLoss { .. } => {}
+            }
+        }
+        if let Some(RandomFailures { mtbf, mttr, nodes }) = &faults.random {
+            let up = Exp::new(1.0 / mtbf.as_secs_f64())
+                .map_err(|_| SimError::config("faults.random.mtbf", "must be positive"))?;
+            let down = Exp::new(1.0 / mttr.as_secs_f64())
+                .map_err(|_| SimError::config("faults.random.mttr", "must be positive"))?;
+            self.fault_rngs = (0..self.nodes.len()).map(|i| self.streams.stream("faults", i as u64)).collect();
+            self.random_failures = Some((up, down));
+            let who: Vec<usize> = if nodes.is_empty() { (0..self.nodes.len()).collect() } else { nodes.clone() };
+            for node in who {
+                let at = SimTime::ZERO + self.draw_fault_delay(node, true);
+                self.push(at, Ev::Crash { node: node as u32, random: true })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn draw_fault_delay(&mut self, node: usize, uptime: bool) -> SimDuration {
+        let (up, down) = self.random_failures.expect("random failures configured");
+        let d = if uptime { up } else { down };
+        SimDuration::from_secs_f64(d.sample(&mut self.fault_rngs[node]))
+    }
+
+    fn push(&mut self, at: SimTime, ev: Ev<M>) -> Result<EventKey> {
+        self.queue.schedule(at, ev)
+    }
+
+    fn check_node(&self, node: usize) -> Result<()> {
+        if node < self.nodes.len() {
+            Ok(())
+        } else {
+            Err(SimError::UnknownNode { node, nodes: self.nodes.len() })
+        }
+    }
+
+    fn check_up(&self, node: usize) -> Result<()> {
+        self.check_node(node)?;
+        if self.nodes[node].up {
+            Ok(())
+        } else {
+            Err(SimError::NodeDown { node, now: self.now() })
+        }
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> SimTime {
+        self.queue.now()
+    }
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+    /// True if `node` is up.
+    pub fn is_up(&self, node: usize) -> bool {
+        self.nodes.get(node).is_some_and(|s| s.up)
+    }
+    /// The time of the next pending event, if any.
+    pub fn peek_time(&mut self) -> Option<SimTime> {
+        self.queue.peek_time()
+    }
+    /// The run's named random streams (derive the caller's own streams from these).
+    pub fn streams(&self) -> &Streams {
+        &self.streams
+    }
+    /// The running digest.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+    /// Folds a caller's number (a loss, a parameter's bits) into the digest.
+    pub fn absorb(&mut self, x: u64) {
+        self.digest.absorb(x)
+    }
+    /// Folds the bits of a parameter vector into the digest.
+    pub fn absorb_f32s(&mut self, xs: &[f32]) {
+        self.digest.absorb_f32s(xs)
+    }
+    /// The run's counters.
+    pub fn stats(&self) -> SimStats {
+        self.stats
+    }
+    /// The recorded trace (if tracing is on).
+    pub fn trace(&self) -> Option<&Trace> {
+        self.trace.as_ref()
+    }
+    /// The network's one-way latency between two nodes.
+    pub fn latency(&self, from: usize, to: usize) -> SimDuration {
+        self.net.latency(from, to)
+    }
+
+    /// Sends `bytes` carrying `payload` from `from` to `to` now. Delivery (or loss) happens later.
+    pub fn send(&mut self, from: usize, to: usize, bytes: u64, payload: M) -> Result<()> {
+        self.check_up(from)?;
+        self.check_node(to)?;
+        let now = self.now();
+        let lost = self.draw_loss(now);
+        self.stats.messages_sent += 1;
+        self.stats.bytes_sent += bytes;
+        let mut tr = Transit {
+            from: from as u32,
+            to: to as u32,
+            src_inc: self.nodes[from].inc,
+            dst_inc: self.nodes[to].inc,
+            lost,
+            bytes,
+            sent_at: now,
+            progress: Progress { hop: 0, tail: now },
+            payload,
+        };
+        match self.net.begin(now, from, to, bytes) {
+            Next::Hop(at, p) => {
+                tr.progress = p;
+                self.push(at, Ev::Hop(tr))?;
+            }
+            Next::Deliver(at) => {
+                self.push(at, Ev::Deliver(tr))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn draw_loss(&mut self, now: SimTime) -> bool {
+        let p = self
+            .losses
+            .iter()
+            .filter(|w| w.from <= now && now < w.until)
+            .fold(1.0, |keep, w| keep * (1.0 - w.probability));
+        if self.losses.is_empty() || p == 1.0 {
+            return false;
+        }
+        self.loss_rng.random::<f64>() >= p
+    }
+
+    /// Sets a timer on `node` that fires after `after` with `tag`.
+    pub fn set_timer(&mut self, node: usize, after: SimDuration, tag: u64) -> Result<TimerId> {
+        self.check_up(node)?;
+        let inc = self.nodes[node].inc;
+        let at = self.now() + after;
+        Ok(TimerId(self.push(at, Ev::Timer { node: node as u32, inc, tag })?.0))
+    }
+
+    /// Cancels a pending timer.
+    pub fn cancel_timer(&mut self, timer: TimerId) -> Result<()> {
+        self.ensure_timer(timer)?;
+        self.queue.cancel(EventKey(timer.0)).map(|_| ())
+    }
+
+    /// Moves a pending timer to fire at `at` (not in the past).
+    pub fn move_timer(&mut self, timer: TimerId, at: SimTime) -> Result<()> {
+        self.ensure_timer(timer)?;
+        self.queue.reschedule(EventKey(timer.0), at)
+    }
+
+    fn ensure_timer(&self, timer: TimerId) -> Result<()> {
+        match self.queue.get(EventKey(timer.0)) {
+            Some(Ev::Timer { .. }) => Ok(()),
+            _ => Err(SimError::UnknownTimer(timer.0)),
+        }
+    }
+
+    /// Starts a computation of `work` standard steps on `node`; it runs after any computation
+    /// already queued on the node. Returns the job and the time it will finish.
+    pub fn start_compute(&mut self, node: usize, work: f64) -> Result<(JobId, SimTime)> {
+        self.check_up(node)?;
+        if !(work.is_finite() && work >= 0.0) {
+            return Err(SimError::config("work", format!("is {work}; must be a non-negative finite number")));
+        }
+        let state = self.nodes[node];
+        let start = self.now().max(state.compute_free);
+        let end = start + self.compute.step_time(node, start, work);
+        self.nodes[node].compute_free = end;
+        let job = self.next_job;
+        self.next_job += 1;
+        self.push(end, Ev::Compute { node: node as u32, inc: state.inc, job, started: start })?;
+        Ok((JobId(job), end))
+    }
+
+    fn record(&mut self, at: SimTime, start: SimTime, kind: EventKind, node: u32, peer: u32, bytes: u64) {
+        self.digest.absorb_event(at.as_nanos(), kind as u8, node, peer, bytes);
+        if let Some(t) = &mut self.trace {
+            t.records.push(TraceRecord { at, start, kind, node, peer, bytes });
+        }
+    }
+
+    /// Processes events until one a node must react to, and returns it with its time.
+    /// Returns `None` when nothing is pending.
+    pub fn step(&mut self) -> Option<(SimTime, Occurrence<M>)> {
+        loop {
+            let (now, _key, ev) = self.queue.pop()?;
+            self.stats.events += 1;
+            if let Some(occ) = self.process(now, _key, ev) {
+                return Some((now, occ));
+            }
+        }
+    }
+
+    /// Like [`Sim::step`], but stops (returning `None`) before any event later than `until`.
+    pub fn step_until(&mut self, until: SimTime) -> Option<(SimTime, Occurrence<M>)> {
+        while self.queue.peek_time().is_some_and(|t| t <= until) {
+            let (now, key, ev) = self.queue.pop().expect("peeked");
+            self.stats.events += 1;
+            if let Some(occ) = self.process(now, key, ev) {
+                return Some((now, occ));
+            }
+        }
+        None
+    }
+
+    fn process(&mut self, now: SimTime, key: EventKey, ev: Ev<M>) -> Option<Occurrence<M>> {
+        const NONE: u32 = u32::MAX;
+        match ev {
+            Ev::Timer { node, inc, tag } => {
+                if self.stale(node, inc, now) {
+                    return None;
+                }
+                self.record(now, now, EventKind::Timer, node, NONE, tag);
+                Some(Occurrence::Timer { node: node as usize, timer: TimerId(key.0), tag })
+            }
+            Ev::Compute { node, inc, job, started } => {
+                if self.stale(node, inc, now) {
+                    return None;
+                }
+                self.record(now, started, EventKind::Compute, node, NONE, job);
+                Some(Occurrence::ComputeDone { node: node as usize, job: JobId(job), started })
+            }
+            Ev::Hop(mut tr) => {
+                self.record(now, now, EventKind::NetHop, tr.to, tr.from, tr.bytes);
+                match self.net.advance(now, tr.from as usize, tr.to as usize, tr.bytes, tr.progress) {
+                    Next::Hop(at, p) => {
+                        tr.progress = p;
+                        self.push(at, Ev::Hop(tr)).expect("hops move forward in time");
+                    }
+                    Next::Deliver(at) => {
+                        self.push(at, Ev::Deliver(tr)).expect("deliveries move forward in time");
+                    }
+                }
+                None
+            }
+            Ev::Deliver(tr) => {
+                let (from, to) = (tr.from as usize, tr.to as usize);
+                let kind = if tr.lost {
+                    self.stats.lost_random += 1;
+                    EventKind::DropLoss
+                } else if !self.nodes[to].up || self.nodes[to].inc != tr.dst_inc || self.nodes[from].inc != tr.src_inc {
+                    self.stats.lost_crash += 1;
+                    EventKind::DropCrash
+                } else if self.partitions.iter().any(|p| p.cuts(from, to, tr.sent_at, now)) {
+                    self.stats.lost_partition += 1;
+                    EventKind::DropPartition
+                } else {
+                    EventKind::Deliver
+                };
+                self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
+                if kind != EventKind::Deliver {
+                    return None;
+                }
+                self.stats.messages_delivered += 1;
+                Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
+            }
+            Ev::Crash { node, random } => {
+                let n = node as usize;
+                if random {
+                    let at = now + self.draw_fault_delay(n, false);
+                    self.push(at, Ev::Restart { node, random: true }).expect("future");
+                }
+                if !self.nodes[n].up {
+                    return None;
+                }
+                let s = &mut self.nodes[n];
+                s.up = false;
+                s.inc += 1;
+                s.compute_free = now;
+                self.stats.crashes += 1;
+                self.record(now, now, EventKind::Crash, node, NONE, 0);
+                Some(Occurrence::Crashed { node: n })
+            }
+            Ev::Restart { node, random } => {
+                let n = node as usize;
+                if random {
+                    let at = now + self.draw_fault_delay(n, true);
+                    self.push(at, Ev::Crash { node, random: true }).expect("future");
+                }
+                if self.nodes[n].up {
+                    return None;
+                }
+                let s = &mut self.nodes[n];
+                s.up = true;
+                s.inc += 1;
+                s.compute_free = now;
+                self.stats.restarts += 1;
+                self.record(now, now, EventKind::Restart, node, NONE, 0);
+                Some(Occurrence::Restarted { node: n })
+            }
+            Ev::Nic { node, factor } => {
+                self.net.set_nic_factor(node as usize, factor);
+                self.record(now, now, EventKind::NicChange, node, NONE, factor.to_bits());
+                None
+            }
+        }
+    }
+
+    /// True (and recorded) if an event belongs to an earlier incarnation of its node.
+    fn stale(&mut self, node: u32, inc: u32, now: SimTime) -> bool {
+        if self.nodes[node as usize].inc == inc {
+            return false;
+        }
+        self.stats.discarded += 1;
+        self.record(now, now, EventKind::Discard, node, u32::MAX, 0);
+        true
+    }
+}

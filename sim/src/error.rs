@@ -1,0 +1,59 @@
+//! The engine's one error type. Every way a caller can misuse the engine or hand it a bad
+//! configuration is a variant here; panics are kept for broken internal invariants only.
+
+use crate::time::SimTime;
+use thiserror::Error;
+
+/// Everything that can go wrong when configuring or driving the engine.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// An event was scheduled before the current virtual time.
+    #[error("cannot schedule an event at {at} in the past (now is {now})")]
+    ScheduleInPast {
+        /// The current virtual time.
+        now: SimTime,
+        /// The requested (earlier) time.
+        at: SimTime,
+    },
+    /// A node index outside `0..nodes`.
+    #[error("node {node} does not exist: the cluster has nodes 0..{nodes}")]
+    UnknownNode {
+        /// The index that was used.
+        node: usize,
+        /// How many nodes the cluster has.
+        nodes: usize,
+    },
+    /// A timer id that was never issued, already fired, or was cancelled.
+    #[error("timer {0} is not pending (it fired, was cancelled, or never existed)")]
+    UnknownTimer(u64),
+    /// A crashed node tried to act (send, set a timer or start a computation).
+    #[error("node {node} is down at {now} and cannot act")]
+    NodeDown {
+        /// The crashed node.
+        node: usize,
+        /// The current virtual time.
+        now: SimTime,
+    },
+    /// A configuration value is out of its allowed range.
+    #[error("invalid configuration: `{field}` {problem}")]
+    InvalidConfig {
+        /// The path of the offending field, e.g. `network.topology.rack_size`.
+        field: String,
+        /// What is wrong and what is allowed.
+        problem: String,
+    },
+    /// Writing the trace failed.
+    #[error("could not write the trace: {0}")]
+    Trace(String),
+}
+
+impl SimError {
+    /// Shorthand for [`SimError::InvalidConfig`].
+    pub fn config(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        SimError::InvalidConfig { field: field.into(), problem: problem.into() }
+    }
+}
+
+/// Result type of the engine.
+pub type Result<T> = std::result::Result<T, SimError>;

@@ -1,0 +1,31 @@
+//! `dsgd-sim`: a deterministic discrete-event engine for simulating a training cluster.
+//!
+//! Virtual time is integer nanoseconds ([`SimTime`], [`SimDuration`]); events are ordered by
+//! `(time, sequence number)` ([`queue`]); every random number comes from a named ChaCha stream of
+//! one root seed ([`Streams`]); the network ([`net`]) models NICs as FIFO links with cut-through
+//! transfers, on a flat switch or racks with an oversubscribed core; [`compute`] draws step times
+//! with jitter and stragglers; [`faults`] describes crashes, restarts, degraded NICs, partitions and
+//! message loss; every processed event feeds a 64-bit [`Digest`], and a [`Trace`] can be exported
+//! for Perfetto. The engine knows nothing about SGD: [`Sim`] is driven by a caller that owns the
+//! nodes' behaviour.
+
+pub mod compute;
+pub mod digest;
+pub mod engine;
+pub mod error;
+pub mod faults;
+pub mod net;
+pub mod queue;
+pub mod rng;
+pub mod time;
+pub mod trace;
+
+pub use compute::{ComputeConfig, Jitter, Slowdown};
+pub use digest::Digest;
+pub use engine::{JobId, Occurrence, Sim, SimConfig, SimStats, TimerId};
+pub use error::{Result, SimError};
+pub use faults::{Fault, FaultConfig, RandomFailures};
+pub use net::{NetMode, NetworkConfig, NicOverride, Topology};
+pub use rng::{StreamRng, Streams};
+pub use time::{Bandwidth, SimDuration, SimTime};
+pub use trace::{EventKind, Trace, TraceRecord};

@@ -1,0 +1,229 @@
+//! The network: NICs, topologies and the two transfer models (contended FIFO links, analytic).
+//!
+//! Every node has a full-duplex NIC: an egress link and an ingress link, each a FIFO queue at the
+//! node's bandwidth. A message's path is a list of links (see [`flat`] and [`racks`]); the
+//! [`contention`] model moves it through them cut-through, the [`analytic`] model charges
+//! `latency + S/B` and ignores other traffic. This module owns link state only: it never touches
+//! the event queue; the engine schedules the times it returns.
+
+pub mod analytic;
+pub mod contention;
+pub mod flat;
+pub mod racks;
+
+use crate::error::{Result, SimError};
+use crate::time::{Bandwidth, SimDuration, SimTime};
+use std::collections::BTreeMap;
+
+/// How nodes are wired.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Topology {
+    /// Every node on one non-blocking switch.
+    Flat,
+    /// Racks of `rack_size` consecutive nodes; each rack reaches the core through one uplink and
+    /// one downlink of `uplink` bandwidth (oversubscription = rack_size·B / uplink), and crossing
+    /// the core adds `core_latency`.
+    Racks {
+        /// Nodes per rack (the last rack may be smaller).
+        rack_size: usize,
+        /// Bandwidth of each rack's uplink and of its downlink.
+        uplink: Bandwidth,
+        /// Extra one-way latency of a message that crosses the core.
+        core_latency: SimDuration,
+    },
+}
+
+/// Which transfer model to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetMode {
+    /// FIFO links with queueing (the default).
+    Contention,
+    /// Contention-free: every message takes latency + S/B, whatever else is in flight.
+    Analytic,
+}
+
+/// Per-node overrides of the NIC.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NicOverride {
+    /// This node's one-way latency instead of the default.
+    pub latency: Option<SimDuration>,
+    /// This node's NIC bandwidth (both directions) instead of the default.
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// The network's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkConfig {
+    /// One-way latency of a message (a message pays the larger of its two ends' latencies).
+    pub latency: SimDuration,
+    /// NIC bandwidth of every node, in each direction.
+    pub bandwidth: Bandwidth,
+    /// Nodes whose NIC differs from the default.
+    pub per_node: BTreeMap<usize, NicOverride>,
+    /// The wiring.
+    pub topology: Topology,
+    /// The transfer model.
+    pub mode: NetMode,
+}
+
+impl Default for NetworkConfig {
+    /// 10 µs latency, 10 Gb/s, flat, contention model.
+    fn default() -> Self {
+        NetworkConfig {
+            latency: SimDuration::from_micros(10),
+            bandwidth: Bandwidth::from_gbps(10.0),
+            per_node: BTreeMap::new(),
+            topology: Topology::Flat,
+            mode: NetMode::Contention,
+        }
+    }
+}
+
+/// Index of a link in [`Network`]'s link table.
+pub type LinkId = u32;
+
+/// One FIFO link.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Link {
+    /// Nominal bandwidth.
+    pub base: Bandwidth,
+    /// Current bandwidth (nominal times any degradation factor).
+    pub now: Bandwidth,
+    /// When the last reserved transfer's tail leaves this link.
+    pub free_at: SimTime,
+}
+
+/// Where a message stands on its path (contention model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Index of the next link on the path.
+    pub hop: u8,
+    /// When the message's last byte left the previous link.
+    pub tail: SimTime,
+}
+
+/// What the engine must do next with a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Process the message's head at the next link at this time.
+    Hop(SimTime, Progress),
+    /// Deliver the message (its last byte arrived) at this time.
+    Deliver(SimTime),
+}
+
+/// The network's state: link reservations and per-node latencies.
+pub struct Network {
+    mode: NetMode,
+    topology: Topology,
+    latency: Vec<SimDuration>,
+    links: Vec<Link>,
+    nodes: usize,
+}
+
+impl Network {
+    /// Builds the network for `nodes` nodes, validating the configuration.
+    pub fn new(cfg: &NetworkConfig, nodes: usize) -> Result<Self> {
+        if cfg.bandwidth.0 == 0 {
+            return Err(SimError::config("network.bandwidth", "must be positive"));
+        }
+        let mut latency = vec![cfg.latency; nodes];
+        let mut nic = vec![cfg.bandwidth; nodes];
+        for (&n, o) in &cfg.per_node {
+            if n >= nodes {
+                return Err(SimError::config(
+                    format!("network.per_node.{n}"),
+                    format!("names node {n}, but the cluster has nodes 0..{nodes}"),
+                ));
+            }
+            if let Some(l) = o.latency {
+                latency[n] = l;
+            }
+            if let Some(b) = o.bandwidth {
+                if b.0 == 0 {
+                    return Err(SimError::config(format!("network.per_node.{n}.bandwidth"), "must be positive"));
+                }
+                nic[n] = b;
+            }
+        }
+        let mut links: Vec<Link> =
+            nic.iter().flat_map(|&b| [b, b]).map(|b| Link { base: b, now: b, free_at: SimTime::ZERO }).collect();
+        if let Topology::Racks { rack_size, uplink, .. } = cfg.topology {
+            if rack_size == 0 {
+                return Err(SimError::config("network.topology.rack_size", "must be at least 1"));
+            }
+            if uplink.0 == 0 {
+                return Err(SimError::config("network.topology.uplink", "must be positive"));
+            }
+            let racks = nodes.div_ceil(rack_size);
+            links.extend((0..2 * racks).map(|_| Link { base: uplink, now: uplink, free_at: SimTime::ZERO }));
+        }
+        Ok(Network { mode: cfg.mode, topology: cfg.topology.clone(), latency, links, nodes })
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// The links a message from `from` to `to` crosses, in order.
+    pub fn path(&self, from: usize, to: usize) -> ([LinkId; 4], usize) {
+        match self.topology {
+            Topology::Flat => flat::path(from, to),
+            Topology::Racks { rack_size, .. } => racks::path(self.nodes, rack_size, from, to),
+        }
+    }
+
+    /// One-way latency from `from` to `to`.
+    pub fn latency(&self, from: usize, to: usize) -> SimDuration {
+        let base = self.latency[from].max(self.latency[to]);
+        match self.topology {
+            Topology::Flat => base,
+            Topology::Racks { rack_size, core_latency, .. } => {
+                if from / rack_size == to / rack_size {
+                    base
+                } else {
+                    base + core_latency
+                }
+            }
+        }
+    }
+
+    /// Starts a message of `bytes` from `from` to `to` at `now`: reserves what can be reserved
+    /// now and says what comes next.
+    pub fn begin(&mut self, now: SimTime, from: usize, to: usize, bytes: u64) -> Next {
+        match self.mode {
+            NetMode::Analytic => analytic::arrival(self, now, from, to, bytes),
+            NetMode::Contention => contention::begin(self, now, from, to, bytes),
+        }
+    }
+
+    /// Moves a message's head through the link it has reached at `now`.
+    pub fn advance(&mut self, now: SimTime, from: usize, to: usize, bytes: u64, p: Progress) -> Next {
+        contention::advance(self, now, from, to, bytes, p)
+    }
+
+    /// Scales the current bandwidth of a node's NIC (both directions) to `factor` of nominal.
+    /// Transfers already reserved keep their times; later ones see the new speed.
+    pub fn set_nic_factor(&mut self, node: usize, factor: f64) {
+        for l in [2 * node, 2 * node + 1] {
+            let link = &mut self.links[l];
+            link.now = link.base.scaled(factor);
+        }
+    }
+
+    pub(crate) fn link_mut(&mut self, id: LinkId) -> &mut Link {
+        &mut self.links[id as usize]
+    }
+    pub(crate) fn link(&self, id: LinkId) -> &Link {
+        &self.links[id as usize]
+    }
+}
+
+/// Link id of node `n`'s egress.
+pub(crate) fn egress(n: usize) -> LinkId {
+    (2 * n) as LinkId
+}
+/// Link id of node `n`'s ingress.
+pub(crate) fn ingress(n: usize) -> LinkId {
+    (2 * n + 1) as LinkId
+}

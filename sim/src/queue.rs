@@ -1,0 +1,272 @@
+//! The event queue: a min-queue ordered by `(time, sequence number)`.
+//!
+//! Sequence numbers only grow, so events scheduled for the same instant pop in the order they were
+//! scheduled. Every entry has a stable [`EventKey`] by which it can be cancelled or moved; a moved
+//! event takes a fresh sequence number, i.e. it behaves as if scheduled at the moment it was moved.
+//!
+//! Implementation: std's `BinaryHeap` of `(time, seq, slot)` plus a slab of payloads. Cancelling
+//! empties the slot and moving re-pushes with a new `seq`; heap entries whose `seq` no longer
+//! matches their slot are skipped when they surface, and the heap is compacted when such stale
+//! entries outnumber live ones. (The `priority-queue` crate does the same job with in-place
+//! updates but measured 6.7-7.1 M events/s here against this queue's 17+ M; see the benchmark.)
+//! It knows nothing about what the events mean, and uses no hashing at all.
+
+use crate::error::{Result, SimError};
+use crate::time::SimTime;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The handle of a scheduled event, valid until it pops or is cancelled (slot and generation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventKey(pub u64);
+
+impl EventKey {
+    fn new(slot: u32, gen: u32) -> Self {
+        EventKey((gen as u64) << 32 | slot as u64)
+    }
+    fn slot(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+    fn gen(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+struct Slot<E> {
+    /// Sequence number of the heap entry that currently stands for this slot.
+    seq: u64,
+    /// Bumped each time the slot is freed, so stale keys are recognised.
+    gen: u32,
+    at: SimTime,
+    payload: Option<E>,
+}
+
+/// A min-queue of events by `(time, seq)`.
+pub struct EventQueue<E> {
+    heap: BinaryHeap<Reverse<(SimTime, u64, u32)>>,
+    slots: Vec<Slot<E>>,
+    free: Vec<u32>,
+    live: usize,
+    now: SimTime,
+    next_seq: u64,
+}
+
+impl<E> Default for EventQueue<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E> EventQueue<E> {
+    /// An empty queue at time zero.
+    pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+    /// An empty queue with room for `n` pending events.
+    pub fn with_capacity(n: usize) -> Self {
+        EventQueue {
+            heap: BinaryHeap::with_capacity(n),
+            slots: Vec::with_capacity(n),
+            free: Vec::new(),
+            live: 0,
+            now: SimTime::ZERO,
+            next_seq: 0,
+        }
+    }
+    /// The time of the last popped event (the queue's "now").
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+    /// Number of pending events.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+    /// True if nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+    /// Schedules `payload` at `at`; errors if `at` is before now.
+    pub fn schedule(&mut self, at: SimTime, payload: E) -> Result<EventKey> {
+        if at < self.now {
+            return Err(SimError::ScheduleInPast { now: self.now, at });
+        }
+        let seq = self.bump_seq();
+        let slot = match self.free.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                s.seq = seq;
+                s.at = at;
+                s.payload = Some(payload);
+                i
+            }
+            None => {
+                let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 pending events");
+                self.slots.push(Slot { seq, gen: 0, at, payload: Some(payload) });
+                i
+            }
+        };
+        self.heap.push(Reverse((at, seq, slot)));
+        self.live += 1;
+        Ok(EventKey::new(slot, self.slots[slot as usize].gen))
+    }
+    /// Removes the earliest event and advances now to its time.
+    pub fn pop(&mut self) -> Option<(SimTime, EventKey, E)> {
+        loop {
+            let Reverse((at, seq, slot)) = self.heap.pop()?;
+            let s = &mut self.slots[slot as usize];
+            if s.seq != seq || s.payload.is_none() {
+                continue; // cancelled or moved
+            }
+            let payload = s.payload.take().expect("checked");
+            let key = EventKey::new(slot, s.gen);
+            s.gen = s.gen.wrapping_add(1);
+            self.free.push(slot);
+            self.live -= 1;
+            debug_assert!(at >= self.now, "event queue went backwards");
+            self.now = at;
+            return Some((at, key, payload));
+        }
+    }
+    /// The time of the earliest pending event.
+    pub fn peek_time(&mut self) -> Option<SimTime> {
+        while let Some(&Reverse((at, seq, slot))) = self.heap.peek() {
+            let s = &self.slots[slot as usize];
+            if s.seq == seq && s.payload.is_some() {
+                return Some(at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+    fn live_slot(&self, key: EventKey) -> Option<&Slot<E>> {
+        self.slots.get(key.slot()).filter(|s| s.gen == key.gen() && s.payload.is_some())
+    }
+    /// Cancels a pending event and returns its payload.
+    pub fn cancel(&mut self, key: EventKey) -> Result<E> {
+        if self.live_slot(key).is_none() {
+            return Err(SimError::UnknownTimer(key.0));
+        }
+        let s = &mut self.slots[key.slot()];
+        let payload = s.payload.take().expect("checked");
+        s.gen = s.gen.wrapping_add(1);
+        self.free.push(key.slot() as u32);
+        self.live -= 1;
+        self.compact_if_stale();
+        Ok(payload)
+    }
+    /// Moves a pending event to `at` (which must not be in the past). It takes a fresh sequence
+    /// number, so among events at `at` it runs after those already scheduled there.
+    pub fn reschedule(&mut self, key: EventKey, at: SimTime) -> Result<()> {
+        if at < self.now {
+            return Err(SimError::ScheduleInPast { now: self.now, at });
+        }
+        if self.live_slot(key).is_none() {
+            return Err(SimError::UnknownTimer(key.0));
+        }
+        let seq = self.bump_seq();
+        let s = &mut self.slots[key.slot()];
+        s.seq = seq;
+        s.at = at;
+        self.heap.push(Reverse((at, seq, key.slot() as u32)));
+        self.compact_if_stale();
+        Ok(())
+    }
+    /// The payload of a pending event.
+    pub fn get(&self, key: EventKey) -> Option<&E> {
+        self.live_slot(key).and_then(|s| s.payload.as_ref())
+    }
+    /// The scheduled time of a pending event.
+    pub fn time_of(&self, key: EventKey) -> Option<SimTime> {
+        self.live_slot(key).map(|s| s.at)
+    }
+    /// Drops heap entries of cancelled or moved events once they outnumber the live ones.
+    fn compact_if_stale(&mut self) {
+        if self.heap.len() > 2 * self.live + 1024 {
+            let slots = &self.slots;
+            self.heap.retain(|Reverse((_, seq, slot))| {
+                let s = &slots[*slot as usize];
+                s.seq == *seq && s.payload.is_some()
+            });
+        }
+    }
+    fn bump_seq(&mut self) -> u64 {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pops_by_time_then_scheduling_order() {
+        let mut q = EventQueue::new();
+        q.schedule(SimTime(5), "b").unwrap();
+        q.schedule(SimTime(3), "a").unwrap();
+        q.schedule(SimTime(5), "c").unwrap();
+        q.schedule(SimTime(5), "d").unwrap();
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, _, e)| e)).collect();
+        assert_eq!(order, ["a", "b", "c", "d"]);
+        assert_eq!(q.now(), SimTime(5));
+    }
+
+    #[test]
+    fn scheduling_in_the_past_is_an_error() {
+        let mut q = EventQueue::new();
+        q.schedule(SimTime(10), ()).unwrap();
+        q.pop();
+        assert_eq!(q.schedule(SimTime(9), ()), Err(SimError::ScheduleInPast { now: SimTime(10), at: SimTime(9) }));
+        assert!(q.schedule(SimTime(10), ()).is_ok());
+    }
+
+    #[test]
+    fn cancel_and_move() {
+        let mut q = EventQueue::new();
+        let a = q.schedule(SimTime(1), 'a').unwrap();
+        let b = q.schedule(SimTime(2), 'b').unwrap();
+        q.schedule(SimTime(3), 'c').unwrap();
+        assert_eq!(q.cancel(b), Ok('b'));
+        assert_eq!(q.cancel(b), Err(SimError::UnknownTimer(b.0)));
+        q.reschedule(a, SimTime(3)).unwrap(); // now after 'c', which was scheduled at 3 earlier
+        assert_eq!(q.time_of(a), Some(SimTime(3)));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, _, e)| e)).collect();
+        assert_eq!(order, ['c', 'a']);
+        assert_eq!(q.reschedule(a, SimTime(9)), Err(SimError::UnknownTimer(a.0)));
+    }
+
+    #[test]
+    fn stale_keys_do_not_reach_reused_slots() {
+        let mut q = EventQueue::new();
+        let a = q.schedule(SimTime(1), 'a').unwrap();
+        assert_eq!(q.pop().map(|(_, k, e)| (k, e)), Some((a, 'a')));
+        let b = q.schedule(SimTime(2), 'b').unwrap(); // reuses a's slot
+        assert_ne!(a, b);
+        assert!(q.cancel(a).is_err());
+        assert_eq!(q.get(b), Some(&'b'));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn many_cancellations_keep_order_and_compact() {
+        let mut q = EventQueue::new();
+        let keys: Vec<_> = (0..10_000u64).map(|i| q.schedule(SimTime(10_000 - i), i).unwrap()).collect();
+        for k in keys.iter().step_by(2) {
+            q.cancel(*k).unwrap();
+        }
+        for k in keys.iter().skip(1).step_by(4) {
+            q.reschedule(*k, SimTime(20_000)).unwrap();
+        }
+        assert_eq!(q.len(), 5_000);
+        let mut last = (SimTime::ZERO, 0);
+        let mut n = 0;
+        while let Some((t, _, e)) = q.pop() {
+            assert!(e % 2 == 1, "cancelled event {e} popped");
+            assert!(t >= last.0);
+            last = (t, e);
+            n += 1;
+        }
+        assert_eq!(n, 5_000);
+    }
+}

@@ -1,0 +1,116 @@
+//! The event trace: what happened, when, on which node; exportable as Chrome trace-event JSON
+//! (open it in Perfetto or `chrome://tracing`), one track per node.
+
+use crate::time::{SimDuration, SimTime};
+use serde_json::{json, Value};
+use std::io::Write;
+
+/// What a trace record (and a digest entry) describes. The numeric codes are part of the digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum EventKind {
+    /// A node's timer fired.
+    Timer = 1,
+    /// A node finished a computation (span from its start).
+    Compute = 2,
+    /// A message's head reached the next link of its path (internal).
+    NetHop = 3,
+    /// A message was delivered (span from its send).
+    Deliver = 4,
+    /// A message was lost to a crash of either end.
+    DropCrash = 5,
+    /// A message was lost to a network partition.
+    DropPartition = 6,
+    /// A message was lost to random message loss.
+    DropLoss = 7,
+    /// A node crashed.
+    Crash = 8,
+    /// A node restarted.
+    Restart = 9,
+    /// A node's NIC changed speed (degraded or restored).
+    NicChange = 10,
+    /// An event of a crashed node (timer or computation) was discarded.
+    Discard = 11,
+}
+
+impl EventKind {
+    fn label(self) -> &'static str {
+        match self {
+            EventKind::Timer => "timer",
+            EventKind::Compute => "compute",
+            EventKind::NetHop => "hop",
+            EventKind::Deliver => "message",
+            EventKind::DropCrash => "lost (crash)",
+            EventKind::DropPartition => "lost (partition)",
+            EventKind::DropLoss => "lost (loss)",
+            EventKind::Crash => "crash",
+            EventKind::Restart => "restart",
+            EventKind::NicChange => "nic change",
+            EventKind::Discard => "discarded",
+        }
+    }
+}
+
+/// One traced event. Spans (computations, messages) carry their start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// When the event was processed.
+    pub at: SimTime,
+    /// Start of the span (equal to `at` for instants).
+    pub start: SimTime,
+    /// What happened.
+    pub kind: EventKind,
+    /// The node whose track shows it (the receiver, for messages).
+    pub node: u32,
+    /// The other end (the sender, for messages), or `u32::MAX`.
+    pub peer: u32,
+    /// Bytes involved (messages), or 0.
+    pub bytes: u64,
+}
+
+/// A recorded trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The records in processing order.
+    pub records: Vec<TraceRecord>,
+}
+
+fn micros(t: SimTime) -> f64 {
+    t.as_nanos() as f64 / 1e3
+}
+
+impl Trace {
+    /// The trace as a Chrome trace-event JSON value, one thread (track) per node.
+    pub fn to_chrome_json(&self, nodes: usize) -> Value {
+        let mut events: Vec<Value> = (0..nodes)
+            .map(|n| json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": n, "args": {"name": format!("node {n}")}}))
+            .collect();
+        for r in &self.records {
+            if r.kind == EventKind::NetHop {
+                continue;
+            }
+            let mut args = serde_json::Map::new();
+            if r.peer != u32::MAX {
+                args.insert("peer".into(), json!(r.peer));
+            }
+            if r.bytes > 0 {
+                args.insert("bytes".into(), json!(r.bytes));
+            }
+            let dur: SimDuration = r.at - r.start;
+            let ev = if matches!(r.kind, EventKind::Compute | EventKind::Deliver) {
+                json!({"ph": "X", "name": r.kind.label(), "pid": 0, "tid": r.node,
+                       "ts": micros(r.start), "dur": dur.as_nanos() as f64 / 1e3, "args": args})
+            } else {
+                json!({"ph": "i", "s": "t", "name": r.kind.label(), "pid": 0, "tid": r.node,
+                       "ts": micros(r.at), "args": args})
+            };
+            events.push(ev);
+        }
+        json!({"traceEvents": events, "displayTimeUnit": "ms"})
+    }
+
+    /// Writes the Chrome trace-event JSON to `w`.
+    pub fn write_chrome<W: Write>(&self, nodes: usize, w: W) -> crate::Result<()> {
+        serde_json::to_writer(w, &self.to_chrome_json(nodes)).map_err(|e| crate::SimError::Trace(e.to_string()))
+    }
+}
