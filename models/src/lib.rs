@@ -1,1 +1,66 @@
-//! Gradient sources (to come).
+//! `dsgd-models`: gradient sources behind one trait, [`Workload`].
+//!
+//! A workload knows its parameter count, its initial parameters, how to compute the gradient of a
+//! minibatch at given parameters, and how to evaluate loss (and accuracy) of a parameter vector.
+//! Every random choice inside a gradient (which samples, what noise) comes from the `seed` the
+//! caller passes with the request, so a gradient is a pure function of `(params, request)` and
+//! jobs can be computed in any order or in parallel with identical bits.
+//!
+//! - [`timing::Timing`]: no arithmetic, only a parameter count (message sizes).
+//! - [`quadratic::Quadratic`]: the noisy quadratic model with a closed-form loss recursion.
+//! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
+
+pub mod quadratic;
+pub mod softmax;
+pub mod timing;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha12Rng;
+
+/// What a gradient job is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GradRequest {
+    /// The worker computing it (for per-worker data shards).
+    pub worker: usize,
+    /// Minibatch size.
+    pub batch: usize,
+    /// Seed of every random choice in this job.
+    pub seed: u64,
+}
+
+/// Loss (and accuracy, where defined) of a parameter vector.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Loss on the evaluation set (or the exact objective).
+    pub loss: f64,
+    /// Fraction classified correctly, for classifiers.
+    pub accuracy: Option<f64>,
+}
+
+/// A source of gradients.
+pub trait Workload: Send + Sync {
+    /// A short name, e.g. `quadratic`.
+    fn name(&self) -> &str;
+    /// Number of trainable parameters (sets message sizes: 4 bytes each).
+    fn param_count(&self) -> usize;
+    /// True if the workload does no arithmetic: parameter vectors are empty.
+    fn timing_only(&self) -> bool {
+        false
+    }
+    /// The initial parameters (empty for timing-only workloads).
+    fn init(&self) -> Vec<f32>;
+    /// Writes the minibatch gradient at `params` into `grad` (same length) and returns the
+    /// minibatch loss.
+    fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64;
+    /// Evaluates `params`.
+    fn evaluate(&self, params: &[f32]) -> Evaluation;
+    /// Bytes of one full parameter (or gradient) vector on the wire.
+    fn message_bytes(&self) -> u64 {
+        4 * self.param_count() as u64
+    }
+}
+
+/// The generator of one gradient job.
+pub fn job_rng(seed: u64) -> ChaCha12Rng {
+    ChaCha12Rng::seed_from_u64(seed)
+}

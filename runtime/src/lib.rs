@@ -1,1 +1,11 @@
-//! Distributed-SGD algorithms as executor-agnostic state machines (to come).
+//! `dsgd-runtime`: the distributed-SGD algorithms, written once as sans-IO state machines
+//! ([`protocol`]), and the executor that drives them on the simulator ([`sim_exec`]).
+
+pub mod collectives;
+pub mod metrics;
+pub mod optimizer;
+pub mod protocol;
+pub mod protocols;
+pub mod run;
+pub mod runner;
+pub mod sim_exec;

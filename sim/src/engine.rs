@@ -420,6 +420,12 @@ impl<M> Sim<M> {
         }
     }
 
+    /// Moves the clock forward to `to` (for observing the cluster at a given time). Events before
+    /// `to` must have been processed first; an earlier `to` or a pending earlier event is an error.
+    pub fn advance_to(&mut self, to: SimTime) -> Result<()> {
+        self.queue.advance_to(to)
+    }
+
     /// Like [`Sim::step`], but stops (returning `None`) before any event later than `until`.
     pub fn step_until(&mut self, until: SimTime) -> Option<(SimTime, Occurrence<M>)> {
         while self.queue.peek_time().is_some_and(|t| t <= until) {

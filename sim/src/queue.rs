@@ -127,6 +127,20 @@ impl<E> EventQueue<E> {
             return Some((at, key, payload));
         }
     }
+    /// Moves now forward to `to` without popping; errors if `to` is before now or after the
+    /// earliest pending event.
+    pub fn advance_to(&mut self, to: SimTime) -> Result<()> {
+        if to < self.now {
+            return Err(SimError::ScheduleInPast { now: self.now, at: to });
+        }
+        if let Some(next) = self.peek_time() {
+            if next < to {
+                return Err(SimError::ScheduleInPast { now: next, at: to });
+            }
+        }
+        self.now = to;
+        Ok(())
+    }
     /// The time of the earliest pending event.
     pub fn peek_time(&mut self) -> Option<SimTime> {
         while let Some(&Reverse((at, seq, slot))) = self.heap.peek() {

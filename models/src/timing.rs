@@ -1,0 +1,38 @@
+//! The timing-only workload: parameters exist only as a count, so messages have their real size
+//! but nothing is computed. For throughput and scale studies up to thousands of nodes.
+
+use crate::{Evaluation, GradRequest, Workload};
+
+/// A model of `params` parameters that does no arithmetic.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    params: usize,
+}
+
+impl Timing {
+    /// A timing workload with `params` parameters (ResNet-18: 11,689,512).
+    pub fn new(params: usize) -> Self {
+        Timing { params }
+    }
+}
+
+impl Workload for Timing {
+    fn name(&self) -> &str {
+        "timing"
+    }
+    fn param_count(&self) -> usize {
+        self.params
+    }
+    fn timing_only(&self) -> bool {
+        true
+    }
+    fn init(&self) -> Vec<f32> {
+        Vec::new()
+    }
+    fn gradient(&self, _params: &[f32], _req: GradRequest, _grad: &mut [f32]) -> f64 {
+        f64::NAN
+    }
+    fn evaluate(&self, _params: &[f32]) -> Evaluation {
+        Evaluation { loss: f64::NAN, accuracy: None }
+    }
+}

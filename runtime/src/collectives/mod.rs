@@ -1,0 +1,184 @@
+//! All-reduce collectives, message by message.
+//!
+//! A collective is a per-member list of [`Step`]s: in round `r`, maybe send a range of the
+//! buffer to a member, maybe wait for a range from a member and add it in (reduce) or copy it
+//! (gather). [`Run`] executes one member's list over messages, buffering rounds that arrive
+//! early. Members are indices `0..p` into the current membership, not ranks. One collective a
+//! file: [`ring`], [`tree`], [`halving_doubling`]; [`analytic`] holds the closed-form costs used
+//! by the analytic mode and by tests. This module knows nothing of the network or the clock.
+
+pub mod analytic;
+pub mod halving_doubling;
+pub mod ring;
+pub mod tree;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Which all-reduce algorithm to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Ring: chunked reduce-scatter then all-gather; 2(p-1) rounds of S/p bytes.
+    Ring,
+    /// Binomial tree: reduce to member 0, then broadcast; 2·ceil(log2 p) rounds of S bytes.
+    Tree,
+    /// Recursive halving (reduce-scatter) then doubling (all-gather), Rabenseifner's algorithm,
+    /// with a pre- and post-step for non-power-of-two member counts.
+    HalvingDoubling,
+    /// No per-step messages: the closed-form ring cost, charged once every contribution is in.
+    Analytic,
+}
+
+/// How a received range is combined with the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Add element-wise (reduction).
+    Add,
+    /// Overwrite (gather, broadcast).
+    Copy,
+}
+
+/// One round of one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Round number, shared by a sender and its receiver.
+    pub round: u32,
+    /// Send this range of the buffer to this member.
+    pub send: Option<(usize, Range<usize>)>,
+    /// Then wait for this range from this member and combine it.
+    pub recv: Option<(usize, Range<usize>, Op)>,
+}
+
+/// The steps of member `me` of `p` for a `dim`-element all-reduce.
+pub fn schedule(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Vec<Step> {
+    match kind {
+        CollectiveKind::Ring => ring::schedule(p, me, dim),
+        CollectiveKind::Tree => tree::schedule(p, me, dim),
+        CollectiveKind::HalvingDoubling => halving_doubling::schedule(p, me, dim),
+        CollectiveKind::Analytic => Vec::new(),
+    }
+}
+
+/// The `c`-th of `p` near-equal chunks of `0..dim`.
+pub fn chunk(dim: usize, p: usize, c: usize) -> Range<usize> {
+    (c * dim / p)..((c + 1) * dim / p)
+}
+
+/// A message the running collective wants sent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outgoing {
+    /// Member index of the receiver.
+    pub to: usize,
+    /// Round.
+    pub round: u32,
+    /// Nominal range (its length sets the message size).
+    pub range: Range<usize>,
+    /// The values (empty for timing-only workloads).
+    pub data: Vec<f32>,
+}
+
+/// One member's execution of a collective.
+#[derive(Clone, Debug)]
+pub struct Run {
+    steps: Vec<Step>,
+    pos: usize,
+    sent: bool,
+    buf: Vec<f32>,
+    early: BTreeMap<u32, Vec<f32>>,
+}
+
+impl Run {
+    /// Starts a run over `buf` (this member's contribution; empty for timing-only workloads).
+    pub fn new(steps: Vec<Step>, buf: Vec<f32>) -> Self {
+        Run { steps, pos: 0, sent: false, buf, early: BTreeMap::new() }
+    }
+    /// Hands in the data of a round (possibly before this member reaches it).
+    pub fn deliver(&mut self, round: u32, data: Vec<f32>) {
+        self.early.insert(round, data);
+    }
+    /// Advances as far as possible, appending messages to send; true when finished.
+    pub fn poll(&mut self, out: &mut Vec<Outgoing>) -> bool {
+        while let Some(step) = self.steps.get(self.pos) {
+            if !self.sent {
+                if let Some((to, range)) = &step.send {
+                    let data = if self.buf.is_empty() { Vec::new() } else { self.buf[range.clone()].to_vec() };
+                    out.push(Outgoing { to: *to, round: step.round, range: range.clone(), data });
+                }
+                self.sent = true;
+            }
+            if let Some((_, range, op)) = &step.recv {
+                let Some(data) = self.early.remove(&step.round) else { return false };
+                if !self.buf.is_empty() {
+                    let dst = &mut self.buf[range.clone()];
+                    debug_assert_eq!(dst.len(), data.len(), "round {} range mismatch", step.round);
+                    match op {
+                        Op::Add => dst.iter_mut().zip(&data).for_each(|(d, s)| *d += s),
+                        Op::Copy => dst.copy_from_slice(&data),
+                    }
+                }
+            }
+            self.pos += 1;
+            self.sent = false;
+        }
+        true
+    }
+    /// The reduced buffer (the element-wise sum over members) once finished.
+    pub fn into_result(self) -> Vec<f32> {
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs all members' schedules to completion by passing messages in FIFO order.
+    fn simulate(kind: CollectiveKind, p: usize, dim: usize) -> (Vec<Vec<f32>>, usize) {
+        let inputs: Vec<Vec<f32>> =
+            (0..p).map(|m| (0..dim).map(|i| ((m * 31 + i * 7) % 13) as f32).collect()).collect();
+        let mut runs: Vec<Run> = (0..p).map(|m| Run::new(schedule(kind, p, m, dim), inputs[m].clone())).collect();
+        let mut done = vec![false; p];
+        let mut messages = 0;
+        let mut queue: std::collections::VecDeque<Outgoing> = Default::default();
+        for _ in 0..10 * (p + 4) {
+            for m in 0..p {
+                let mut out = Vec::new();
+                done[m] = runs[m].poll(&mut out);
+                queue.extend(out);
+            }
+            while let Some(o) = queue.pop_front() {
+                messages += 1;
+                runs[o.to].deliver(o.round, o.data);
+            }
+            if done.iter().all(|&d| d) {
+                break;
+            }
+        }
+        assert!(done.iter().all(|&d| d), "{kind:?} p={p} did not finish");
+        let sum: Vec<f32> = (0..dim).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+        let results: Vec<Vec<f32>> = runs.into_iter().map(Run::into_result).collect();
+        for r in &results {
+            assert_eq!(r, &sum, "{kind:?} p={p}");
+        }
+        (results, messages)
+    }
+
+    #[test]
+    fn every_collective_sums_for_every_member_count() {
+        for kind in [CollectiveKind::Ring, CollectiveKind::Tree, CollectiveKind::HalvingDoubling] {
+            for p in 1..=13 {
+                simulate(kind, p, 37);
+            }
+        }
+    }
+
+    #[test]
+    fn message_counts_match_the_algorithms() {
+        assert_eq!(simulate(CollectiveKind::Ring, 8, 64).1, 2 * 7 * 8);
+        assert_eq!(simulate(CollectiveKind::Tree, 8, 64).1, 2 * 7);
+        assert_eq!(simulate(CollectiveKind::HalvingDoubling, 8, 64).1, 2 * 3 * 8);
+        assert_eq!(simulate(CollectiveKind::HalvingDoubling, 6, 64).1, 2 * 2 * 4 + 2 * 2);
+    }
+}

@@ -1,0 +1,111 @@
+//! What a run measures: a time series of evaluations, and counters for the summary.
+
+use crate::protocol::Phase;
+use dsgd_sim::{SimDuration, SimTime};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One evaluation of the model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// Simulated time, seconds.
+    pub time_s: f64,
+    /// Loss of the consensus model (server parameters, or the average of live replicas).
+    pub loss: f64,
+    /// Its accuracy, for classifiers.
+    pub accuracy: Option<f64>,
+    /// Mean squared distance of live replicas from their average (0 with one replica or a server).
+    pub consensus_distance: f64,
+    /// Loss of each live replica (empty unless per-node evaluation is on).
+    pub node_losses: Vec<Option<f64>>,
+    /// Updates applied so far.
+    pub updates: u64,
+    /// Live nodes.
+    pub live: usize,
+}
+
+/// How a node spent its time, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimeBreakdown {
+    /// Running gradient computations.
+    pub computing: f64,
+    /// Waiting for the network.
+    pub communicating: f64,
+    /// Waiting for others, or nothing to do.
+    pub idle: f64,
+    /// Down.
+    pub crashed: f64,
+}
+
+/// Something that happened, for the run's record.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Note {
+    /// When, seconds.
+    pub time_s: f64,
+    /// Which rank.
+    pub rank: usize,
+    /// What.
+    pub what: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Phase(Phase),
+    Crashed,
+}
+
+/// Per-node time accounting.
+#[derive(Clone, Debug)]
+pub(crate) struct Clock {
+    pub state: State,
+    pub since: SimTime,
+    pub times: TimeBreakdown,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock { state: State::Phase(Phase::Idle), since: SimTime::ZERO, times: TimeBreakdown::default() }
+    }
+    pub fn switch(&mut self, now: SimTime, to: State) {
+        let dt = (now - self.since).as_secs_f64();
+        match self.state {
+            State::Phase(Phase::Computing) => self.times.computing += dt,
+            State::Phase(Phase::Communicating) => self.times.communicating += dt,
+            State::Phase(Phase::Idle) => self.times.idle += dt,
+            State::Crashed => self.times.crashed += dt,
+        }
+        self.state = to;
+        self.since = now;
+    }
+}
+
+/// Counters gathered during a run.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// Evaluations, in time order.
+    pub samples: Vec<Sample>,
+    /// Updates applied.
+    pub updates: u64,
+    /// Gradients computed.
+    pub gradients: u64,
+    /// Staleness of applied updates: staleness -> count.
+    pub staleness: BTreeMap<u64, u64>,
+    /// Durations of synchronous iterations (as recorded by rank 0's view, or any recorder).
+    pub iteration_times: Vec<SimDuration>,
+    /// Recorded iterations per rank (sync).
+    pub iterations: u64,
+    /// Notes.
+    pub notes: Vec<Note>,
+}
+
+impl Metrics {
+    /// Mean staleness of applied updates.
+    pub fn mean_staleness(&self) -> f64 {
+        let (n, s) = self.staleness.iter().fold((0u64, 0u64), |(n, s), (&k, &c)| (n + c, s + k * c));
+        if n == 0 {
+            0.0
+        } else {
+            s as f64 / n as f64
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! SGD with momentum (plain or Nesterov), weight decay and learning-rate schedules.
+//!
+//! The update (as in PyTorch): `g' = g + wd·x`; `v = μ·v + g'`; the step is `v` (plain) or
+//! `g' + μ·v` (Nesterov); `x -= lr_t · step`. `lr_t` follows the schedule in the optimizer's own
+//! step count, times the node count when the linear scaling rule is on. Each algorithm applies it
+//! where it applies updates (every replica in sync SGD, the server in parameter-server SGD, each
+//! worker's local steps in EASGD and gossip).
+
+use serde::{Deserialize, Serialize};
+
+/// Learning-rate schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Schedule {
+    /// The base rate throughout.
+    Constant,
+    /// Multiply by `gamma` every `every` steps.
+    Step {
+        /// Steps between decays.
+        every: u64,
+        /// Decay factor.
+        gamma: f64,
+    },
+    /// Ramp linearly from `base/steps` to the base over `steps` steps, then constant.
+    Warmup {
+        /// Length of the ramp.
+        steps: u64,
+    },
+}
+
+/// The optimizer's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// Base learning rate (default 0.1).
+    pub lr: f64,
+    /// Momentum coefficient (default 0: plain SGD).
+    pub momentum: f64,
+    /// Nesterov momentum (default false).
+    pub nesterov: bool,
+    /// L2 weight decay (default 0).
+    pub weight_decay: f64,
+    /// Schedule (default constant).
+    pub schedule: Schedule,
+    /// Linear scaling rule: multiply the rate by the number of workers (default false).
+    pub scale_with_workers: bool,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            lr: 0.1,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+            schedule: Schedule::Constant,
+            scale_with_workers: false,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// Checks ranges; returns `(field, problem)` for the first bad value.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |f: &str, p: &str| Err((format!("optimizer.{f}"), p.to_string()));
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("lr", "must be a positive number");
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            return bad("momentum", "must be in [0, 1)");
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad("weight_decay", "must be a non-negative number");
+        }
+        match self.schedule {
+            Schedule::Step { every: 0, .. } => bad("schedule.every", "must be at least 1"),
+            Schedule::Step { gamma, .. } if !(gamma > 0.0 && gamma <= 1.0) => {
+                bad("schedule.gamma", "must be in (0, 1]")
+            }
+            Schedule::Warmup { steps: 0 } => bad("schedule.steps", "must be at least 1"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One optimizer instance (its velocity and step count).
+#[derive(Clone, Debug)]
+pub struct Sgd {
+    cfg: OptimizerConfig,
+    scale: f64,
+    velocity: Vec<f32>,
+    steps: u64,
+}
+
+impl Sgd {
+    /// An optimizer for `dim` parameters; `workers` feeds the linear scaling rule.
+    pub fn new(cfg: OptimizerConfig, dim: usize, workers: usize) -> Self {
+        let scale = if cfg.scale_with_workers { workers as f64 } else { 1.0 };
+        let velocity = if cfg.momentum > 0.0 { vec![0.0; dim] } else { Vec::new() };
+        Sgd { cfg, scale, velocity, steps: 0 }
+    }
+    /// Steps applied so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+    /// The learning rate of the next step.
+    pub fn lr(&self) -> f64 {
+        let base = self.cfg.lr * self.scale;
+        match self.cfg.schedule {
+            Schedule::Constant => base,
+            Schedule::Step { every, gamma } => base * gamma.powi((self.steps / every) as i32),
+            Schedule::Warmup { steps } => base * ((self.steps + 1) as f64 / steps as f64).min(1.0),
+        }
+    }
+    /// Applies one step of `grad` to `params` (equal lengths; empty for timing workloads).
+    pub fn apply(&mut self, params: &mut [f32], grad: &[f32]) {
+        debug_assert_eq!(params.len(), grad.len());
+        let lr = self.lr() as f32;
+        let (mu, wd) = (self.cfg.momentum as f32, self.cfg.weight_decay as f32);
+        if self.velocity.is_empty() || params.is_empty() {
+            for (x, g) in params.iter_mut().zip(grad) {
+                *x -= lr * (g + wd * *x);
+            }
+        } else {
+            for ((x, g), v) in params.iter_mut().zip(grad).zip(self.velocity.iter_mut()) {
+                let g = g + wd * *x;
+                *v = mu * *v + g;
+                let step = if self.cfg.nesterov { g + mu * *v } else { *v };
+                *x -= lr * step;
+            }
+        }
+        self.steps += 1;
+    }
+    /// The velocity, for handing state to a rejoining replica.
+    pub fn velocity(&self) -> &[f32] {
+        &self.velocity
+    }
+    /// Adopts another replica's state (velocity and step count).
+    pub fn adopt(&mut self, velocity: &[f32], steps: u64) {
+        if !self.velocity.is_empty() && velocity.len() == self.velocity.len() {
+            self.velocity.copy_from_slice(velocity);
+        }
+        self.steps = steps;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn momentum_and_nesterov_follow_their_recurrences() {
+        let cfg = OptimizerConfig { lr: 0.5, momentum: 0.5, ..Default::default() };
+        let mut o = Sgd::new(cfg, 1, 1);
+        let mut x = [1.0f32];
+        o.apply(&mut x, &[1.0]); // v = 1, x = 0.5
+        o.apply(&mut x, &[1.0]); // v = 1.5, x = -0.25
+        assert_eq!(x, [-0.25]);
+        let mut o = Sgd::new(OptimizerConfig { nesterov: true, ..cfg }, 1, 1);
+        let mut x = [1.0f32];
+        o.apply(&mut x, &[1.0]); // v = 1, step = 1.5, x = 0.25
+        assert_eq!(x, [0.25]);
+    }
+
+    #[test]
+    fn schedules_and_scaling() {
+        let cfg = OptimizerConfig { lr: 0.1, schedule: Schedule::Step { every: 2, gamma: 0.5 }, ..Default::default() };
+        let mut o = Sgd::new(cfg, 0, 1);
+        let mut rates = vec![];
+        for _ in 0..5 {
+            rates.push(o.lr());
+            o.apply(&mut [], &[]);
+        }
+        assert_eq!(rates, vec![0.1, 0.1, 0.05, 0.05, 0.025]);
+        let o = Sgd::new(
+            OptimizerConfig { schedule: Schedule::Warmup { steps: 4 }, scale_with_workers: true, ..cfg },
+            0,
+            8,
+        );
+        assert!((o.lr() - 0.2).abs() < 1e-12);
+        let bad = OptimizerConfig { momentum: 1.0, ..cfg };
+        assert_eq!(bad.validate().unwrap_err().0, "optimizer.momentum");
+    }
+}

@@ -1,0 +1,100 @@
+//! The protocol API: algorithms are sans-IO state machines that act only through a [`Context`].
+//!
+//! A role (a worker, a parameter-server shard, a gossip peer) implements [`Protocol`]; an executor
+//! (the simulator here, MPI later) owns the clock, the network and the gradient computations and
+//! calls the handlers. A protocol never sees the event queue, a clock or a thread.
+
+use dsgd_models::Workload;
+use dsgd_sim::{SimDuration, SimTime, TimerId};
+use std::borrow::Cow;
+
+/// Handle of a gradient computation started with [`Context::start_gradient`].
+pub type JobId = dsgd_sim::JobId;
+
+/// What a node is doing, for the time breakdown (computing is set by the executor itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Running a gradient computation (set by the executor).
+    Computing,
+    /// Waiting for the network (a collective, a pull, an exchange).
+    Communicating,
+    /// Waiting for other nodes (a barrier, a staleness bound) or for nothing at all.
+    Idle,
+}
+
+/// What the executor can see of a node's model, for the consensus metrics.
+#[derive(Clone, Debug)]
+pub enum View<'a> {
+    /// A replica of the whole model; `weight` is the push-sum weight (1 elsewhere), so the
+    /// node's model is `params / weight`.
+    Replica {
+        /// The (weighted) parameters.
+        params: Cow<'a, [f32]>,
+        /// The push-sum weight.
+        weight: f64,
+    },
+    /// A server's slice `offset..offset+params.len()` of the authoritative model.
+    Shard {
+        /// Where the slice starts.
+        offset: usize,
+        /// The slice.
+        params: &'a [f32],
+    },
+    /// Nothing to show (not started, or a role without parameters).
+    Nothing,
+}
+
+/// The world as a protocol sees it.
+pub trait Context<M> {
+    /// The current time (virtual in the simulator, elapsed wall time on a real cluster).
+    fn now(&self) -> SimTime;
+    /// This node's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the run (all roles).
+    fn ranks(&self) -> usize;
+    /// Sends `msg`, which takes `bytes` on the wire, to rank `to`. Delivery is not guaranteed.
+    fn send(&mut self, to: usize, msg: M, bytes: u64);
+    /// Sets a timer that calls `on_timer(tag)` after `after`.
+    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId;
+    /// Cancels a pending timer (no effect if it already fired).
+    fn cancel_timer(&mut self, timer: TimerId);
+    /// Starts computing a gradient of a `batch`-sample minibatch at `params`; `on_gradient`
+    /// follows. Jobs on one node run one after another.
+    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId;
+    /// The workload (parameter count, initial parameters, message sizes).
+    fn workload(&self) -> &dyn Workload;
+    /// Declares what the node is doing from now on (for the time breakdown).
+    fn set_phase(&mut self, phase: Phase);
+    /// Records that an update was applied to the model, computed on parameters `staleness`
+    /// versions old.
+    fn record_update(&mut self, staleness: u64);
+    /// Records a finished synchronous iteration and how long it took.
+    fn record_iteration(&mut self, took: SimDuration);
+    /// A random number from this rank's own stream (`("protocol", rank)` in the simulator).
+    fn random(&mut self) -> u64;
+    /// Folds a number (e.g. the bits of a result) into the run's digest.
+    fn absorb(&mut self, x: u64);
+    /// Notes something that happened (a timeout, a membership change), for the run's record.
+    fn note(&mut self, what: String);
+}
+
+/// A role of a distributed algorithm.
+pub trait Protocol {
+    /// The messages this algorithm's roles exchange.
+    type Msg;
+    /// Called once at the start, and again after a restart (with the state reset by `on_restart`).
+    fn on_start(&mut self, ctx: &mut dyn Context<Self::Msg>);
+    /// A message arrived from rank `from`.
+    fn on_message(&mut self, ctx: &mut dyn Context<Self::Msg>, from: usize, msg: Self::Msg);
+    /// A timer set with `tag` fired.
+    fn on_timer(&mut self, ctx: &mut dyn Context<Self::Msg>, tag: u64);
+    /// A gradient computation finished: `grad` is the minibatch gradient, `loss` the minibatch loss.
+    fn on_gradient(&mut self, ctx: &mut dyn Context<Self::Msg>, job: JobId, grad: Vec<f32>, loss: f64);
+    /// The node crashed (its timers and computations are gone). Volatile state should be dropped
+    /// here; state meant to survive (a server's parameters) may be kept.
+    fn on_crash(&mut self);
+    /// The node restarted; `on_start` is called right after.
+    fn on_restart(&mut self, ctx: &mut dyn Context<Self::Msg>);
+    /// The node's model, for metrics.
+    fn view(&self) -> View<'_>;
+}

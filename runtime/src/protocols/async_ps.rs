@@ -1,0 +1,346 @@
+//! Asynchronous parameter-server SGD (Downpour, Dean et al. 2012), with optional bounded
+//! staleness (SSP, Ho et al. 2013).
+//!
+//! The parameters are split into `shards` contiguous slices, one per server rank. A worker pulls
+//! every slice, computes a gradient on what it got, and pushes each slice of the gradient to its
+//! shard; the shard applies it at once with its own optimizer and answers the push with its fresh
+//! slice (a push is also the next pull). The staleness of an applied gradient is the number of
+//! updates the shard applied between the worker's read and the push. With `staleness_bound = s`,
+//! a shard holds back its answer to a worker that is more than `s` pushes ahead of the slowest
+//! live worker (a worker silent for `timeout_s` no longer counts as live).
+//!
+//! Failures: a crashed worker is simply not heard from. A crashed shard keeps its parameters
+//! (they are its durable state); workers waiting for it re-send their request every `timeout_s`
+//! until it is back, so they stall exactly as long as it is down.
+
+use crate::collectives::chunk;
+use crate::optimizer::{OptimizerConfig, Sgd};
+use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use dsgd_sim::{SimDuration, SimTime};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Configuration of parameter-server SGD.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsConfig {
+    /// Number of server shards (default 1).
+    pub shards: usize,
+    /// Bounded staleness: how many pushes a worker may run ahead of the slowest (default none).
+    pub staleness_bound: Option<u64>,
+    /// Re-send and liveness timeout in seconds (default 5).
+    pub timeout_s: f64,
+}
+
+impl Default for PsConfig {
+    fn default() -> Self {
+        PsConfig { shards: 1, staleness_bound: None, timeout_s: 5.0 }
+    }
+}
+
+/// Messages of parameter-server SGD.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PsMsg {
+    /// Ask for the shard's slice.
+    Pull,
+    /// A gradient slice computed on version `read` of the shard; also asks for the new slice.
+    Push {
+        /// The shard version the gradient was computed on.
+        read: u64,
+        /// The slice of the gradient.
+        grad: Vec<f32>,
+    },
+    /// The shard's slice at `version`.
+    Params {
+        /// Which shard.
+        shard: usize,
+        /// Its version (updates applied).
+        version: u64,
+        /// Values.
+        params: Vec<f32>,
+    },
+}
+
+const RESEND: u64 = 1;
+const RELEASE: u64 = 2;
+
+/// A parameter-server rank holding one shard.
+pub struct Shard {
+    index: usize,
+    shards: usize,
+    workers: usize,
+    cfg: PsConfig,
+    opt_cfg: OptimizerConfig,
+    range: Range<usize>,
+    params: Vec<f32>,
+    opt: Option<Sgd>,
+    version: u64,
+    clock: Vec<u64>,
+    last_heard: Vec<SimTime>,
+    held: BTreeMap<usize, ()>,
+}
+
+impl Shard {
+    /// Shard `index` of `shards`, serving `workers` workers (ranks `0..workers`).
+    pub fn new(index: usize, shards: usize, workers: usize, cfg: PsConfig, opt: OptimizerConfig) -> Self {
+        Shard {
+            index,
+            shards,
+            workers,
+            cfg,
+            opt_cfg: opt,
+            range: 0..0,
+            params: Vec::new(),
+            opt: None,
+            version: 0,
+            clock: vec![0; workers],
+            last_heard: vec![SimTime::ZERO; workers],
+            held: BTreeMap::new(),
+        }
+    }
+    /// Updates applied.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn may_answer(&self, now: SimTime, w: usize) -> bool {
+        let Some(s) = self.cfg.staleness_bound else { return true };
+        let timeout = SimDuration::from_secs_f64(self.cfg.timeout_s);
+        let slowest = (0..self.workers)
+            .filter(|&v| v == w || now.saturating_since(self.last_heard[v]) < timeout)
+            .map(|v| self.clock[v])
+            .min()
+            .unwrap_or(0);
+        self.clock[w] <= slowest + s
+    }
+
+    fn answer(&self, ctx: &mut dyn Context<PsMsg>, w: usize) {
+        let msg = PsMsg::Params { shard: self.index, version: self.version, params: self.params.clone() };
+        ctx.send(w, msg, 4 * self.range.len() as u64);
+    }
+
+    fn release(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        let now = ctx.now();
+        let ready: Vec<usize> = self.held.keys().copied().filter(|&w| self.may_answer(now, w)).collect();
+        for w in ready {
+            self.held.remove(&w);
+            self.answer(ctx, w);
+        }
+        if !self.held.is_empty() {
+            ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), RELEASE);
+        }
+    }
+}
+
+impl Protocol for Shard {
+    type Msg = PsMsg;
+
+    fn on_start(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        if self.opt.is_some() {
+            return; // restarted: the shard's parameters and version survived
+        }
+        let w = ctx.workload();
+        self.range = chunk(w.param_count(), self.shards, self.index);
+        let init = w.init();
+        self.params = if init.is_empty() { Vec::new() } else { init[self.range.clone()].to_vec() };
+        self.opt = Some(Sgd::new(self.opt_cfg, self.params.len(), self.workers));
+        ctx.set_phase(Phase::Idle);
+    }
+
+    fn on_message(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
+        self.last_heard[from] = ctx.now();
+        if let PsMsg::Push { read, grad } = msg {
+            let opt = self.opt.as_mut().expect("started");
+            opt.apply(&mut self.params, &grad);
+            let staleness = self.version - read.min(self.version);
+            self.version += 1;
+            self.clock[from] += 1;
+            if self.index == 0 {
+                ctx.record_update(staleness);
+            }
+        }
+        let was_held = !self.held.is_empty();
+        if self.may_answer(ctx.now(), from) {
+            self.answer(ctx, from);
+        } else {
+            self.held.insert(from, ());
+            if !was_held {
+                ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), RELEASE);
+            }
+        }
+        if was_held {
+            self.release(ctx);
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut dyn Context<PsMsg>, tag: u64) {
+        if tag == RELEASE {
+            self.release(ctx);
+        }
+    }
+
+    fn on_gradient(&mut self, _ctx: &mut dyn Context<PsMsg>, _job: JobId, _grad: Vec<f32>, _loss: f64) {}
+
+    fn on_crash(&mut self) {
+        self.held.clear(); // pending answers are lost with the process; parameters are kept
+    }
+
+    fn on_restart(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        ctx.note(format!("shard {} back at version {}", self.index, self.version));
+    }
+
+    fn view(&self) -> View<'_> {
+        View::Shard { offset: self.range.start, params: &self.params }
+    }
+}
+
+/// A parameter-server worker (ranks `0..workers`; shards are ranks `workers..`).
+pub struct PsWorker {
+    workers: usize,
+    shards: usize,
+    batch: usize,
+    cfg: PsConfig,
+    params: Vec<f32>,
+    versions: Vec<Option<u64>>,
+    job: Option<JobId>,
+    read: Vec<u64>,
+    gen: u64,
+}
+
+impl PsWorker {
+    /// A worker among `workers`, with `shards` shards.
+    pub fn new(workers: usize, shards: usize, batch: usize, cfg: PsConfig) -> Self {
+        PsWorker {
+            workers,
+            shards,
+            batch,
+            cfg,
+            params: Vec::new(),
+            versions: vec![None; shards],
+            job: None,
+            read: vec![],
+            gen: 0,
+        }
+    }
+
+    fn shard_rank(&self, s: usize) -> usize {
+        self.workers + s
+    }
+
+    fn arm(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        self.gen += 1;
+        ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), RESEND | self.gen << 8);
+    }
+}
+
+impl Protocol for PsWorker {
+    type Msg = PsMsg;
+
+    fn on_start(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        self.params = ctx.workload().init();
+        self.versions = vec![None; self.shards];
+        for s in 0..self.shards {
+            ctx.send(self.shard_rank(s), PsMsg::Pull, 64);
+        }
+        ctx.set_phase(Phase::Communicating);
+        self.arm(ctx);
+    }
+
+    fn on_message(&mut self, ctx: &mut dyn Context<PsMsg>, _from: usize, msg: PsMsg) {
+        let PsMsg::Params { shard, version, params } = msg else { return };
+        if self.job.is_some() || self.versions[shard].is_some() {
+            return; // a duplicate answer to a re-sent request
+        }
+        if !params.is_empty() {
+            let r = chunk(self.params.len(), self.shards, shard);
+            self.params[r].copy_from_slice(&params);
+        }
+        self.versions[shard] = Some(version);
+        if self.versions.iter().all(Option::is_some) {
+            self.read = self.versions.iter().map(|v| v.expect("all present")).collect();
+            self.gen += 1; // cancel the re-send timer
+            self.job = Some(ctx.start_gradient(self.params.clone(), self.batch));
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut dyn Context<PsMsg>, tag: u64) {
+        if tag >> 8 != self.gen || tag & 0xff != RESEND {
+            return;
+        }
+        let missing: Vec<usize> = (0..self.shards).filter(|&s| self.versions[s].is_none()).collect();
+        ctx.note(format!("no answer from shards {missing:?}: asking again"));
+        for s in missing {
+            ctx.send(self.shard_rank(s), PsMsg::Pull, 64);
+        }
+        self.arm(ctx);
+    }
+
+    fn on_gradient(&mut self, ctx: &mut dyn Context<PsMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
+        if self.job != Some(job) {
+            return;
+        }
+        self.job = None;
+        let dim = ctx.workload().param_count();
+        for s in 0..self.shards {
+            let r = chunk(dim, self.shards, s);
+            let slice = if grad.is_empty() { Vec::new() } else { grad[r.clone()].to_vec() };
+            ctx.send(self.shard_rank(s), PsMsg::Push { read: self.read[s], grad: slice }, 4 * r.len() as u64);
+            self.versions[s] = None;
+        }
+        ctx.set_phase(Phase::Communicating);
+        self.arm(ctx);
+    }
+
+    fn on_crash(&mut self) {
+        self.job = None;
+    }
+
+    fn on_restart(&mut self, _ctx: &mut dyn Context<PsMsg>) {}
+
+    fn view(&self) -> View<'_> {
+        View::Nothing
+    }
+}
+
+/// One rank of a parameter-server run: a worker or a shard.
+pub enum PsRole {
+    /// A worker.
+    Worker(PsWorker),
+    /// A server shard.
+    Shard(Shard),
+}
+
+macro_rules! both {
+    ($self:ident, $r:ident => $e:expr) => {
+        match $self {
+            PsRole::Worker($r) => $e,
+            PsRole::Shard($r) => $e,
+        }
+    };
+}
+
+impl Protocol for PsRole {
+    type Msg = PsMsg;
+    fn on_start(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        both!(self, r => r.on_start(ctx))
+    }
+    fn on_message(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
+        both!(self, r => r.on_message(ctx, from, msg))
+    }
+    fn on_timer(&mut self, ctx: &mut dyn Context<PsMsg>, tag: u64) {
+        both!(self, r => r.on_timer(ctx, tag))
+    }
+    fn on_gradient(&mut self, ctx: &mut dyn Context<PsMsg>, job: JobId, grad: Vec<f32>, loss: f64) {
+        both!(self, r => r.on_gradient(ctx, job, grad, loss))
+    }
+    fn on_crash(&mut self) {
+        both!(self, r => r.on_crash())
+    }
+    fn on_restart(&mut self, ctx: &mut dyn Context<PsMsg>) {
+        both!(self, r => r.on_restart(ctx))
+    }
+    fn view(&self) -> View<'_> {
+        both!(self, r => r.view())
+    }
+}

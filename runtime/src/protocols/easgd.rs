@@ -1,0 +1,271 @@
+//! Asynchronous elastic averaging SGD (Zhang, Choromanska, LeCun 2015).
+//!
+//! Each worker runs local SGD; every `tau` local steps it sends its parameters `x_i` to the
+//! centre server, which computes `diff = alpha·(x_i - c)`, moves the centre `c += diff` and sends
+//! `diff` back; the worker then sets `x_i -= diff` and carries on (it waits for the answer, as in
+//! the paper's asynchronous algorithm). `alpha` defaults to `beta / workers` with `beta = 0.9`.
+//!
+//! Failures: a worker whose exchange goes unanswered for `timeout_s` skips it and goes on with
+//! local steps. A crashed centre keeps its variable. A restarted worker first fetches the centre
+//! and starts from it.
+
+use crate::optimizer::{OptimizerConfig, Sgd};
+use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use dsgd_sim::SimDuration;
+use serde::{Deserialize, Serialize};
+
+/// Configuration of EASGD.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EasgdConfig {
+    /// Local steps between exchanges with the centre (default 4).
+    pub tau: u64,
+    /// Moving rate; default `beta / workers`.
+    pub alpha: Option<f64>,
+    /// Used for the default `alpha` (default 0.9).
+    pub beta: f64,
+    /// Exchange timeout in seconds (default 5).
+    pub timeout_s: f64,
+}
+
+impl Default for EasgdConfig {
+    fn default() -> Self {
+        EasgdConfig { tau: 4, alpha: None, beta: 0.9, timeout_s: 5.0 }
+    }
+}
+
+impl EasgdConfig {
+    /// The moving rate for `workers` workers.
+    pub fn alpha_for(&self, workers: usize) -> f64 {
+        self.alpha.unwrap_or(self.beta / workers as f64)
+    }
+}
+
+/// Messages of EASGD.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EasgdMsg {
+    /// A worker's parameters for an elastic exchange.
+    Exchange {
+        /// The worker's parameters.
+        x: Vec<f32>,
+    },
+    /// The centre's answer: the elastic difference.
+    Diff {
+        /// `alpha·(x - c)`.
+        diff: Vec<f32>,
+    },
+    /// A restarted worker asks for the centre.
+    Fetch,
+    /// The centre variable.
+    Centre {
+        /// Its values.
+        c: Vec<f32>,
+    },
+}
+
+const TIMEOUT: u64 = 1;
+
+/// An EASGD worker.
+pub struct EasgdWorker {
+    cfg: EasgdConfig,
+    batch: usize,
+    opt_cfg: OptimizerConfig,
+    centre: usize,
+    x: Vec<f32>,
+    opt: Sgd,
+    steps: u64,
+    job: Option<JobId>,
+    waiting: bool,
+    gen: u64,
+    restarted: bool,
+}
+
+impl EasgdWorker {
+    /// A worker; the centre is rank `centre`.
+    pub fn new(cfg: EasgdConfig, batch: usize, opt: OptimizerConfig, centre: usize) -> Self {
+        EasgdWorker {
+            cfg,
+            batch,
+            opt_cfg: opt,
+            centre,
+            x: Vec::new(),
+            opt: Sgd::new(opt, 0, 1),
+            steps: 0,
+            job: None,
+            waiting: false,
+            gen: 0,
+            restarted: false,
+        }
+    }
+
+    fn compute(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        self.job = Some(ctx.start_gradient(self.x.clone(), self.batch));
+    }
+
+    fn wait_for_centre(&mut self, ctx: &mut dyn Context<EasgdMsg>, msg: EasgdMsg, bytes: u64) {
+        self.waiting = true;
+        ctx.send(self.centre, msg, bytes);
+        ctx.set_phase(Phase::Communicating);
+        self.gen += 1;
+        ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), TIMEOUT | self.gen << 8);
+    }
+
+    fn resume(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        self.waiting = false;
+        self.gen += 1;
+        self.compute(ctx);
+    }
+}
+
+impl Protocol for EasgdWorker {
+    type Msg = EasgdMsg;
+
+    fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        self.x = ctx.workload().init();
+        self.opt = Sgd::new(self.opt_cfg, self.x.len(), 1);
+        if std::mem::take(&mut self.restarted) {
+            self.wait_for_centre(ctx, EasgdMsg::Fetch, 64);
+        } else {
+            self.compute(ctx);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, _from: usize, msg: EasgdMsg) {
+        if !self.waiting {
+            return; // a late answer to an exchange that timed out
+        }
+        match msg {
+            EasgdMsg::Diff { diff } => self.x.iter_mut().zip(&diff).for_each(|(x, d)| *x -= d),
+            EasgdMsg::Centre { c } => self.x = c,
+            _ => return,
+        }
+        self.resume(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut dyn Context<EasgdMsg>, tag: u64) {
+        if tag >> 8 == self.gen && self.waiting {
+            ctx.note("elastic exchange timed out; continuing locally".into());
+            self.resume(ctx);
+        }
+    }
+
+    fn on_gradient(&mut self, ctx: &mut dyn Context<EasgdMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
+        if self.job != Some(job) {
+            return;
+        }
+        self.job = None;
+        self.opt.apply(&mut self.x, &grad);
+        self.steps += 1;
+        ctx.record_update(0);
+        if self.steps % self.cfg.tau == 0 {
+            let bytes = ctx.workload().message_bytes();
+            self.wait_for_centre(ctx, EasgdMsg::Exchange { x: self.x.clone() }, bytes);
+        } else {
+            self.compute(ctx);
+        }
+    }
+
+    fn on_crash(&mut self) {
+        self.job = None;
+        self.waiting = false;
+        self.restarted = true;
+    }
+
+    fn on_restart(&mut self, _ctx: &mut dyn Context<EasgdMsg>) {
+        self.steps = 0;
+    }
+
+    fn view(&self) -> View<'_> {
+        View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
+    }
+}
+
+/// The centre variable's server.
+pub struct Centre {
+    alpha: f64,
+    c: Vec<f32>,
+    started: bool,
+}
+
+impl Centre {
+    /// A centre with moving rate `alpha`.
+    pub fn new(alpha: f64) -> Self {
+        Centre { alpha, c: Vec::new(), started: false }
+    }
+}
+
+impl Protocol for Centre {
+    type Msg = EasgdMsg;
+
+    fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        if !std::mem::replace(&mut self.started, true) {
+            self.c = ctx.workload().init();
+        }
+        ctx.set_phase(Phase::Idle);
+    }
+
+    fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, from: usize, msg: EasgdMsg) {
+        let bytes = ctx.workload().message_bytes();
+        match msg {
+            EasgdMsg::Exchange { x } => {
+                let a = self.alpha as f32;
+                let diff: Vec<f32> = x.iter().zip(&self.c).map(|(x, c)| a * (x - c)).collect();
+                self.c.iter_mut().zip(&diff).for_each(|(c, d)| *c += d);
+                ctx.send(from, EasgdMsg::Diff { diff }, bytes);
+            }
+            EasgdMsg::Fetch => ctx.send(from, EasgdMsg::Centre { c: self.c.clone() }, bytes),
+            _ => {}
+        }
+    }
+
+    fn on_timer(&mut self, _ctx: &mut dyn Context<EasgdMsg>, _tag: u64) {}
+    fn on_gradient(&mut self, _ctx: &mut dyn Context<EasgdMsg>, _job: JobId, _grad: Vec<f32>, _loss: f64) {}
+    fn on_crash(&mut self) {}
+    fn on_restart(&mut self, _ctx: &mut dyn Context<EasgdMsg>) {}
+
+    fn view(&self) -> View<'_> {
+        View::Shard { offset: 0, params: &self.c }
+    }
+}
+
+/// One rank of an EASGD run.
+pub enum EasgdRole {
+    /// A worker.
+    Worker(EasgdWorker),
+    /// The centre.
+    Centre(Centre),
+}
+
+macro_rules! both {
+    ($self:ident, $r:ident => $e:expr) => {
+        match $self {
+            EasgdRole::Worker($r) => $e,
+            EasgdRole::Centre($r) => $e,
+        }
+    };
+}
+
+impl Protocol for EasgdRole {
+    type Msg = EasgdMsg;
+    fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        both!(self, r => r.on_start(ctx))
+    }
+    fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, from: usize, msg: EasgdMsg) {
+        both!(self, r => r.on_message(ctx, from, msg))
+    }
+    fn on_timer(&mut self, ctx: &mut dyn Context<EasgdMsg>, tag: u64) {
+        both!(self, r => r.on_timer(ctx, tag))
+    }
+    fn on_gradient(&mut self, ctx: &mut dyn Context<EasgdMsg>, job: JobId, grad: Vec<f32>, loss: f64) {
+        both!(self, r => r.on_gradient(ctx, job, grad, loss))
+    }
+    fn on_crash(&mut self) {
+        both!(self, r => r.on_crash())
+    }
+    fn on_restart(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
+        both!(self, r => r.on_restart(ctx))
+    }
+    fn view(&self) -> View<'_> {
+        both!(self, r => r.view())
+    }
+}

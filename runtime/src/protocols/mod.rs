@@ -1,0 +1,7 @@
+//! The algorithms, one a file. Each has a serde configuration with documented defaults, a
+//! message type and one or more roles implementing [`crate::protocol::Protocol`].
+
+pub mod async_ps;
+pub mod easgd;
+pub mod gossip;
+pub mod sync;

@@ -1,0 +1,572 @@
+//! Synchronous all-reduce SGD.
+//!
+//! Every member computes a gradient at the shared parameters, the members all-reduce the
+//! gradients (message by message with a [`CollectiveKind`], or charged in closed form), and every
+//! replica applies the same averaged update, so replicas stay bit-identical.
+//!
+//! **Backup workers** (Chen et al. 2016): with `backup_workers = b > 0` the lowest-ranked member
+//! aggregates: workers send it their gradients, it averages the first `p - b` to arrive, applies
+//! the update and sends the new parameters to every member; late gradients are dropped.
+//!
+//! **Failures.** A member that makes no progress for `timeout_s` starts a *probe*: it bumps the
+//! epoch and asks every rank to answer; every live rank that hears a probe answers and waits
+//! `timeout_s / 2`; the membership of the new epoch is everyone who answered. The member with the
+//! most completed iterations (lowest rank on ties) sends its parameters and optimizer state to
+//! those behind, and training resumes with the survivors. A restarted rank announces itself with
+//! `Join`, which triggers a probe that takes it back in with the current parameters. Messages of
+//! older epochs are ignored, so no round of a dead membership can be confused with a live one.
+
+use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run};
+use crate::optimizer::{OptimizerConfig, Sgd};
+use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use dsgd_sim::{SimDuration, SimTime, TimerId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Configuration of synchronous SGD.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SyncConfig {
+    /// The all-reduce algorithm (default ring).
+    pub collective: CollectiveKind,
+    /// Backup workers: average the first `members - backup_workers` gradients (default 0).
+    pub backup_workers: usize,
+    /// Failure-detection timeout in seconds (default 5).
+    pub timeout_s: f64,
+    /// Network figures for the analytic collective (filled in from the network when absent).
+    pub cost: Option<CostModel>,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig { collective: CollectiveKind::Ring, backup_workers: 0, timeout_s: 5.0, cost: None }
+    }
+}
+
+/// Messages of synchronous SGD.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SyncMsg {
+    /// One round of a message-level collective.
+    Chunk {
+        /// Membership epoch.
+        epoch: u32,
+        /// Iteration.
+        iter: u64,
+        /// Round of the collective.
+        round: u32,
+        /// Values.
+        data: Vec<f32>,
+    },
+    /// A gradient for the analytic all-reduce or for the backup-worker aggregator.
+    Grad {
+        /// Membership epoch.
+        epoch: u32,
+        /// Iteration.
+        iter: u64,
+        /// When the sender's gradient was ready.
+        ready: SimTime,
+        /// Values.
+        data: Vec<f32>,
+    },
+    /// New parameters from the backup-worker aggregator; `iter` iterations are now done.
+    Params {
+        /// Membership epoch.
+        epoch: u32,
+        /// Completed iterations.
+        iter: u64,
+        /// Values.
+        params: Vec<f32>,
+    },
+    /// "I am alive in epoch `epoch` with `done` iterations completed."
+    Probe {
+        /// The proposed epoch.
+        epoch: u32,
+        /// Completed iterations of the sender.
+        done: u64,
+    },
+    /// A rank outside the sender's membership (restarted, or cut off by a partition) is invited
+    /// to merge; `epoch` is the sender's.
+    Join {
+        /// The sender's epoch.
+        epoch: u32,
+    },
+    /// Parameters and optimizer state for a member that is behind.
+    State {
+        /// Epoch.
+        epoch: u32,
+        /// Completed iterations.
+        done: u64,
+        /// Parameters.
+        params: Vec<f32>,
+        /// Momentum buffer.
+        velocity: Vec<f32>,
+        /// Optimizer steps.
+        steps: u64,
+    },
+}
+
+const WATCHDOG: u64 = 1;
+const PROBE_END: u64 = 2;
+const ANALYTIC_DONE: u64 = 3;
+const HELLO: u64 = 4;
+const SMALL: u64 = 64;
+
+struct Probing {
+    epoch: u32,
+    responders: BTreeMap<usize, u64>,
+}
+
+/// A synchronous-SGD worker.
+pub struct SyncWorker {
+    cfg: SyncConfig,
+    batch: usize,
+    opt_cfg: OptimizerConfig,
+    params: Vec<f32>,
+    opt: Sgd,
+    members: Vec<usize>,
+    epoch: u32,
+    done: u64,
+    grad: Option<Vec<f32>>,
+    job: Option<JobId>,
+    run: Option<Run>,
+    reducing: bool,
+    chunks: BTreeMap<(u32, u64, u32), Vec<f32>>,
+    grads: BTreeMap<(u32, u64), Vec<(usize, SimTime, Vec<f32>)>>,
+    iter_start: SimTime,
+    gen: u64,
+    watchdog: Option<TimerId>,
+    probing: Option<Probing>,
+    awaiting_state: bool,
+    pending_state: Option<SyncMsg>,
+    restarted: bool,
+    joining: u32,
+}
+
+impl SyncWorker {
+    /// A worker; `ranks` is the number of workers.
+    pub fn new(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, ranks: usize) -> Self {
+        SyncWorker {
+            cfg,
+            batch,
+            opt_cfg: opt,
+            params: Vec::new(),
+            opt: Sgd::new(opt, 0, ranks),
+            members: (0..ranks).collect(),
+            epoch: 0,
+            done: 0,
+            grad: None,
+            job: None,
+            run: None,
+            reducing: false,
+            chunks: BTreeMap::new(),
+            grads: BTreeMap::new(),
+            iter_start: SimTime::ZERO,
+            gen: 0,
+            watchdog: None,
+            probing: None,
+            awaiting_state: false,
+            pending_state: None,
+            restarted: false,
+            joining: 0,
+        }
+    }
+
+    /// Completed iterations.
+    pub fn iterations(&self) -> u64 {
+        self.done
+    }
+    /// The current membership.
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+    /// The parameters.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    fn tag(&self, kind: u64) -> u64 {
+        kind | self.gen << 8
+    }
+    fn bytes(ctx: &dyn Context<SyncMsg>) -> u64 {
+        ctx.workload().message_bytes()
+    }
+    fn timeout(&self) -> SimDuration {
+        SimDuration::from_secs_f64(self.cfg.timeout_s)
+    }
+    fn invalidate(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.gen += 1;
+        if let Some(t) = self.watchdog.take() {
+            ctx.cancel_timer(t);
+        }
+    }
+    fn arm_watchdog(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        if let Some(t) = self.watchdog.take() {
+            ctx.cancel_timer(t);
+        }
+        let tag = self.tag(WATCHDOG);
+        self.watchdog = Some(ctx.set_timer(self.timeout(), tag));
+    }
+    fn me(&self, rank: usize) -> Option<usize> {
+        self.members.iter().position(|&m| m == rank)
+    }
+    fn aggregator(&self) -> usize {
+        self.members[0]
+    }
+
+    fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.iter_start = ctx.now();
+        self.grad = None;
+        self.reducing = false;
+        self.job = Some(ctx.start_gradient(self.params.clone(), self.batch));
+    }
+
+    fn start_reduce(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let grad = self.grad.clone().expect("a gradient is ready");
+        let rank = ctx.rank();
+        let Some(me) = self.me(rank) else { return };
+        self.reducing = true;
+        ctx.set_phase(Phase::Communicating);
+        self.arm_watchdog(ctx);
+        let key = (self.epoch, self.done);
+        if self.cfg.backup_workers > 0 || self.cfg.collective == CollectiveKind::Analytic {
+            let now = ctx.now();
+            if self.cfg.backup_workers > 0 {
+                if rank != self.aggregator() {
+                    let msg = SyncMsg::Grad { epoch: key.0, iter: key.1, ready: now, data: grad };
+                    ctx.send(self.aggregator(), msg, Self::bytes(ctx));
+                    return;
+                }
+            } else {
+                for &m in self.members.iter().filter(|&&m| m != rank) {
+                    let msg = SyncMsg::Grad { epoch: key.0, iter: key.1, ready: now, data: grad.clone() };
+                    ctx.send(m, msg, 0);
+                }
+            }
+            self.grads.entry(key).or_default().push((rank, now, grad));
+            self.check_gathered(ctx);
+            return;
+        }
+        let dim = ctx.workload().param_count();
+        let mut run = Run::new(collectives::schedule(self.cfg.collective, self.members.len(), me, dim), grad);
+        let early: Vec<(u32, Vec<f32>)> =
+            self.chunks.range((key.0, key.1, 0)..=(key.0, key.1, u32::MAX)).map(|(k, v)| (k.2, v.clone())).collect();
+        self.chunks.retain(|k, _| (k.0, k.1) > key);
+        for (round, data) in early {
+            run.deliver(round, data);
+        }
+        self.run = Some(run);
+        self.poll_run(ctx);
+    }
+
+    fn poll_run(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let Some(run) = self.run.as_mut() else { return };
+        let mut out: Vec<Outgoing> = Vec::new();
+        let finished = run.poll(&mut out);
+        for o in out {
+            let bytes = 4 * o.range.len() as u64;
+            let msg = SyncMsg::Chunk { epoch: self.epoch, iter: self.done, round: o.round, data: o.data };
+            ctx.send(self.members[o.to], msg, bytes);
+        }
+        if finished {
+            let sum = self.run.take().expect("running").into_result();
+            let p = self.members.len();
+            self.finish(ctx, sum, p);
+        }
+    }
+
+    /// Analytic all-reduce and backup aggregation: act once enough gradients are in.
+    fn check_gathered(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        if !self.reducing {
+            return;
+        }
+        let key = (self.epoch, self.done);
+        let have = self.grads.get(&key).map_or(0, Vec::len);
+        let p = self.members.len();
+        if self.cfg.backup_workers > 0 {
+            let need = p.saturating_sub(self.cfg.backup_workers).max(1);
+            if have < need || ctx.rank() != self.aggregator() {
+                return;
+            }
+            let got = self.grads.remove(&key).expect("present");
+            let dropped = got.len() - need;
+            let sum = sum_in_order(got.into_iter().take(need).map(|(_, _, g)| g));
+            if dropped > 0 {
+                ctx.note(format!("iteration {}: dropped {dropped} late gradients", self.done));
+            }
+            self.finish(ctx, sum, need);
+        } else if have == p {
+            let got = &self.grads[&key];
+            let last = got.iter().map(|g| g.1).max().expect("non-empty");
+            let cost = self.cfg.cost.expect("analytic mode has a cost model");
+            let at = last + cost.ring(p, Self::bytes(ctx));
+            let tag = self.tag(ANALYTIC_DONE);
+            ctx.set_timer(at.saturating_since(ctx.now()), tag);
+        }
+    }
+
+    fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, mut sum: Vec<f32>, contributors: usize) {
+        let scale = 1.0 / contributors as f32;
+        sum.iter_mut().for_each(|x| *x *= scale);
+        self.opt.apply(&mut self.params, &sum);
+        self.done += 1;
+        self.invalidate(ctx);
+        let rank = ctx.rank();
+        if rank == self.members[0] {
+            ctx.record_update(0);
+            ctx.record_iteration(ctx.now() - self.iter_start);
+        }
+        if self.cfg.backup_workers > 0 && rank == self.aggregator() {
+            for &m in self.members.iter().filter(|&&m| m != rank) {
+                let msg = SyncMsg::Params { epoch: self.epoch, iter: self.done, params: self.params.clone() };
+                ctx.send(m, msg, Self::bytes(ctx));
+            }
+        }
+        self.grads.retain(|k, _| k.0 >= self.epoch && k.1 >= self.done);
+        self.begin_iteration(ctx);
+    }
+
+    fn start_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, epoch: u32) {
+        self.run = None;
+        self.reducing = false;
+        self.invalidate(ctx);
+        let rank = ctx.rank();
+        self.probing = Some(Probing { epoch, responders: [(rank, self.done)].into_iter().collect() });
+        for r in (0..ctx.ranks()).filter(|&r| r != rank) {
+            ctx.send(r, SyncMsg::Probe { epoch, done: self.done }, SMALL);
+        }
+        ctx.set_phase(Phase::Communicating);
+        let tag = self.tag(PROBE_END);
+        ctx.set_timer(self.timeout().mul_f64(0.5), tag);
+    }
+
+    fn end_probe(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let Some(p) = self.probing.take() else { return };
+        self.gen += 1;
+        let rank = ctx.rank();
+        self.epoch = p.epoch;
+        self.members = p.responders.keys().copied().collect();
+        self.chunks.retain(|k, _| k.0 >= self.epoch);
+        self.grads.retain(|k, _| k.0 >= self.epoch);
+        let max_done = p.responders.values().copied().max().expect("self responded");
+        self.joining = 0;
+        self.awaiting_state = false;
+        ctx.note(format!("epoch {}: members {:?} at iteration {max_done}", self.epoch, self.members));
+        if self.done < max_done {
+            self.awaiting_state = true;
+            self.arm_watchdog(ctx);
+            if let Some(state) = self.pending_state.take() {
+                self.on_state(ctx, state);
+            }
+            return;
+        }
+        let donor = p.responders.iter().find(|(_, &d)| d == max_done).map(|(&r, _)| r).expect("max exists");
+        if donor == rank {
+            for (&m, _) in p.responders.iter().filter(|(_, &d)| d < max_done) {
+                let msg = SyncMsg::State {
+                    epoch: self.epoch,
+                    done: self.done,
+                    params: self.params.clone(),
+                    velocity: self.opt.velocity().to_vec(),
+                    steps: self.opt.steps(),
+                };
+                ctx.send(m, msg, 2 * Self::bytes(ctx));
+            }
+        }
+        if self.grad.is_some() {
+            self.start_reduce(ctx);
+        } else if self.job.is_none() {
+            self.begin_iteration(ctx);
+        }
+    }
+
+    fn ask_to_join(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let rank = ctx.rank();
+        for r in (0..ctx.ranks()).filter(|&r| r != rank) {
+            ctx.send(r, SyncMsg::Join { epoch: self.epoch }, SMALL);
+        }
+        ctx.set_phase(Phase::Communicating);
+        self.arm_watchdog(ctx);
+    }
+
+    fn on_state(&mut self, ctx: &mut dyn Context<SyncMsg>, msg: SyncMsg) {
+        let SyncMsg::State { epoch, done, params, velocity, steps } = msg else { return };
+        if epoch > self.epoch || self.probing.is_some() {
+            self.pending_state = Some(SyncMsg::State { epoch, done, params, velocity, steps });
+            return;
+        }
+        if epoch < self.epoch || !self.awaiting_state {
+            return;
+        }
+        self.awaiting_state = false;
+        self.params = params;
+        self.opt.adopt(&velocity, steps);
+        self.done = done;
+        self.invalidate(ctx);
+        self.begin_iteration(ctx);
+    }
+}
+
+/// Sums vectors in the given order (empty vectors stay empty: timing-only workloads).
+fn sum_in_order(mut vs: impl Iterator<Item = Vec<f32>>) -> Vec<f32> {
+    let mut acc = vs.next().unwrap_or_default();
+    for v in vs {
+        acc.iter_mut().zip(&v).for_each(|(a, b)| *a += b);
+    }
+    acc
+}
+
+impl Protocol for SyncWorker {
+    type Msg = SyncMsg;
+
+    fn on_start(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.params = ctx.workload().init();
+        self.opt = Sgd::new(self.opt_cfg, self.params.len(), ctx.ranks());
+        ctx.set_timer(self.timeout(), HELLO);
+        if self.restarted {
+            self.restarted = false;
+            self.awaiting_state = true;
+            self.joining = 1;
+            self.members = vec![ctx.rank()];
+            self.ask_to_join(ctx);
+            return;
+        }
+        self.begin_iteration(ctx);
+    }
+
+    fn on_message(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, msg: SyncMsg) {
+        match msg {
+            SyncMsg::Chunk { epoch, iter, round, data } => {
+                if (epoch, iter) < (self.epoch, self.done) {
+                    return;
+                }
+                if (epoch, iter) == (self.epoch, self.done) && self.probing.is_none() {
+                    if let Some(run) = self.run.as_mut() {
+                        run.deliver(round, data);
+                        self.arm_watchdog(ctx);
+                        self.poll_run(ctx);
+                        return;
+                    }
+                }
+                self.chunks.insert((epoch, iter, round), data);
+            }
+            SyncMsg::Grad { epoch, iter, ready, data } => {
+                if (epoch, iter) < (self.epoch, self.done) {
+                    return;
+                }
+                self.grads.entry((epoch, iter)).or_default().push((from, ready, data));
+                if self.probing.is_none() {
+                    self.check_gathered(ctx);
+                }
+            }
+            SyncMsg::Params { epoch, iter, params } => {
+                if epoch == self.epoch && iter > self.done && self.probing.is_none() && !self.awaiting_state {
+                    self.params = params;
+                    self.done = iter;
+                    self.invalidate(ctx);
+                    self.begin_iteration(ctx);
+                }
+            }
+            SyncMsg::Probe { epoch, done } => {
+                let current = self.probing.as_ref().map_or(self.epoch, |p| p.epoch);
+                if epoch > current {
+                    self.start_probe(ctx, epoch);
+                } else if self.probing.is_none() && !self.members.contains(&from) {
+                    // A prober from another group (a healed partition): merge in a newer epoch.
+                    self.start_probe(ctx, self.epoch.max(epoch) + 1);
+                }
+                if let Some(p) = self.probing.as_mut().filter(|p| p.epoch == epoch) {
+                    p.responders.insert(from, done);
+                }
+            }
+            SyncMsg::Join { epoch } => match &self.probing {
+                Some(p) => {
+                    let probe = SyncMsg::Probe { epoch: p.epoch, done: self.done };
+                    ctx.send(from, probe, SMALL);
+                }
+                None if self.joining == 0 => {
+                    ctx.note(format!("rank {from} (epoch {epoch}) joins"));
+                    self.start_probe(ctx, self.epoch.max(epoch) + 1);
+                }
+                None => {}
+            },
+            state @ SyncMsg::State { .. } => self.on_state(ctx, state),
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut dyn Context<SyncMsg>, tag: u64) {
+        if tag == HELLO {
+            ctx.set_timer(self.timeout(), HELLO);
+            let rank = ctx.rank();
+            if self.probing.is_none() && self.joining == 0 && self.members[0] == rank {
+                for r in (0..ctx.ranks()).filter(|r| !self.members.contains(r)) {
+                    ctx.send(r, SyncMsg::Join { epoch: self.epoch }, SMALL);
+                }
+            }
+            return;
+        }
+        if tag >> 8 != self.gen {
+            return;
+        }
+        match tag & 0xff {
+            WATCHDOG if self.joining > 0 && self.joining < 3 => {
+                self.joining += 1;
+                self.ask_to_join(ctx);
+            }
+            WATCHDOG => {
+                self.watchdog = None;
+                ctx.note(format!("timeout in iteration {} (epoch {})", self.done, self.epoch));
+                self.start_probe(ctx, self.epoch + 1);
+            }
+            PROBE_END => self.end_probe(ctx),
+            ANALYTIC_DONE => {
+                let got = self.grads.remove(&(self.epoch, self.done)).unwrap_or_default();
+                let mut got = got;
+                got.sort_by_key(|g| g.0);
+                let p = got.len();
+                self.finish(ctx, sum_in_order(got.into_iter().map(|g| g.2)), p);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_gradient(&mut self, ctx: &mut dyn Context<SyncMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
+        if self.job != Some(job) {
+            return; // computed for parameters that have since been replaced
+        }
+        self.job = None;
+        if self.awaiting_state {
+            return;
+        }
+        self.grad = Some(grad);
+        if self.probing.is_none() {
+            self.start_reduce(ctx);
+        }
+    }
+
+    fn on_crash(&mut self) {
+        self.run = None;
+        self.job = None;
+        self.grad = None;
+        self.probing = None;
+        self.reducing = false;
+        self.watchdog = None;
+        self.pending_state = None;
+        self.chunks.clear();
+        self.grads.clear();
+        self.restarted = true;
+    }
+
+    fn on_restart(&mut self, _ctx: &mut dyn Context<SyncMsg>) {
+        self.done = 0;
+        self.epoch = 0;
+        self.gen += 1;
+    }
+
+    fn view(&self) -> View<'_> {
+        if self.awaiting_state {
+            View::Nothing
+        } else {
+            View::Replica { params: (&self.params[..]).into(), weight: 1.0 }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Builds the roles of an algorithm and runs them on the simulator.
+//!
+//! Rank layout: workers are ranks `0..workers`; a parameter server's shards follow
+//! (`workers..workers+shards`), and so does EASGD's centre (`workers`). Faults and per-node
+//! settings in the engine's configuration name ranks in this layout.
+
+use crate::collectives::{analytic::CostModel, CollectiveKind};
+use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
+use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
+use crate::protocols::gossip::{GossipConfig, GossipNode};
+use crate::protocols::sync::{SyncConfig, SyncWorker};
+use crate::run::TrainConfig;
+use crate::sim_exec::{RunResult, SimExecutor};
+use dsgd_models::Workload;
+use dsgd_sim::{SimConfig, SimError};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Which algorithm, with its settings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AlgorithmConfig {
+    /// Synchronous all-reduce SGD.
+    Sync(SyncConfig),
+    /// Asynchronous parameter-server SGD.
+    AsyncPs(PsConfig),
+    /// Elastic averaging SGD.
+    Easgd(EasgdConfig),
+    /// Gossip SGD.
+    Gossip(GossipConfig),
+}
+
+impl AlgorithmConfig {
+    /// A short name for tables and plots, e.g. `gossip-push`.
+    pub fn label(&self) -> String {
+        match self {
+            AlgorithmConfig::Sync(c) if c.backup_workers > 0 => format!("sync+{}backup", c.backup_workers),
+            AlgorithmConfig::Sync(_) => "sync".into(),
+            AlgorithmConfig::AsyncPs(c) if c.staleness_bound.is_some() => "async_ps-ssp".into(),
+            AlgorithmConfig::AsyncPs(_) => "async_ps".into(),
+            AlgorithmConfig::Easgd(_) => "easgd".into(),
+            AlgorithmConfig::Gossip(c) => {
+                format!("gossip-{}", if c.mode == crate::protocols::gossip::GossipMode::Push { "push" } else { "pull" })
+            }
+        }
+    }
+
+    /// Total ranks for `workers` workers (servers included).
+    pub fn ranks(&self, workers: usize) -> usize {
+        match self {
+            AlgorithmConfig::AsyncPs(c) => workers + c.shards,
+            AlgorithmConfig::Easgd(_) => workers + 1,
+            _ => workers,
+        }
+    }
+
+    /// Checks ranges against `workers`; returns `(field, problem)`.
+    pub fn validate(&self, workers: usize) -> Result<(), (String, String)> {
+        let bad = |f: &str, p: String| Err((format!("algorithm.{f}"), p));
+        let timeout = match self {
+            AlgorithmConfig::Sync(c) => {
+                if c.backup_workers >= workers {
+                    return bad(
+                        "backup_workers",
+                        format!("is {}; must be less than the {workers} workers", c.backup_workers),
+                    );
+                }
+                c.timeout_s
+            }
+            AlgorithmConfig::AsyncPs(c) => {
+                if c.shards == 0 {
+                    return bad("shards", "must be at least 1".into());
+                }
+                c.timeout_s
+            }
+            AlgorithmConfig::Easgd(c) => {
+                if c.tau == 0 {
+                    return bad("tau", "must be at least 1".into());
+                }
+                if let Some(a) = c.alpha {
+                    if !(a > 0.0 && a <= 1.0) {
+                        return bad("alpha", "must be in (0, 1]".into());
+                    }
+                }
+                c.timeout_s
+            }
+            AlgorithmConfig::Gossip(c) => {
+                if c.tau == 0 {
+                    return bad("tau", "must be at least 1".into());
+                }
+                c.timeout_s
+            }
+        };
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return bad("timeout_s", "must be a positive number of seconds".into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs `algorithm` with `workers` workers on the cluster `sim` (whose `nodes` is set here to
+/// the number of ranks).
+pub fn run(
+    algorithm: &AlgorithmConfig,
+    workers: usize,
+    sim: &SimConfig,
+    workload: Arc<dyn Workload>,
+    train: TrainConfig,
+) -> Result<RunResult, SimError> {
+    if workers == 0 {
+        return Err(SimError::config("nodes", "must be at least 1"));
+    }
+    algorithm.validate(workers).map_err(|(f, p)| SimError::config(f, p))?;
+    train.validate().map_err(|(f, p)| SimError::config(f, p))?;
+    let mut sim = sim.clone();
+    sim.nodes = algorithm.ranks(workers);
+    let (batch, opt) = (train.batch, train.optimizer);
+    Ok(match *algorithm {
+        AlgorithmConfig::Sync(mut c) => {
+            if c.collective == CollectiveKind::Analytic && c.cost.is_none() {
+                c.cost = Some(CostModel {
+                    latency: sim.network.latency,
+                    bandwidth: sim.network.bandwidth,
+                    gamma_ns_per_byte: 0.0,
+                });
+            }
+            let roles = (0..workers).map(|_| SyncWorker::new(c, batch, opt, workers)).collect();
+            SimExecutor::new(&sim, roles, workload, train)?.run()
+        }
+        AlgorithmConfig::AsyncPs(c) => {
+            let mut roles: Vec<PsRole> =
+                (0..workers).map(|_| PsRole::Worker(PsWorker::new(workers, c.shards, batch, c))).collect();
+            roles.extend((0..c.shards).map(|s| PsRole::Shard(Shard::new(s, c.shards, workers, c, opt))));
+            SimExecutor::new(&sim, roles, workload, train)?.run()
+        }
+        AlgorithmConfig::Easgd(c) => {
+            let mut roles: Vec<EasgdRole> =
+                (0..workers).map(|_| EasgdRole::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
+            roles.push(EasgdRole::Centre(Centre::new(c.alpha_for(workers))));
+            SimExecutor::new(&sim, roles, workload, train)?.run()
+        }
+        AlgorithmConfig::Gossip(c) => {
+            let roles = (0..workers).map(|_| GossipNode::new(c, batch, opt)).collect();
+            SimExecutor::new(&sim, roles, workload, train)?.run()
+        }
+    })
+}

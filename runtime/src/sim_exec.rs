@@ -1,0 +1,357 @@
+//! The simulator executor: drives one [`Protocol`] instance per rank on the `dsgd-sim` engine.
+//!
+//! It turns engine occurrences into handler calls, computes gradients when the engine says a
+//! computation is done (with the parameters fixed when it started and a seed drawn from the
+//! rank's `("data", rank)` stream), evaluates the consensus model every `eval_every_s` of
+//! simulated time, applies the stopping rule and folds every evaluated loss and the final
+//! parameters into the engine's digest, so a replay checks the arithmetic too.
+
+use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use crate::run::TrainConfig;
+use dsgd_models::{GradRequest, Workload};
+use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimStats, SimTime, StreamRng, TimerId};
+use rand::RngCore;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+struct Job {
+    node: usize,
+    params: Vec<f32>,
+    batch: usize,
+    seed: u64,
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The simulated-time limit.
+    SimTime,
+    /// The iteration count.
+    Iterations,
+    /// The update count.
+    Updates,
+    /// The target loss or accuracy was reached.
+    Target,
+    /// Nothing was left to happen (every node down or waiting forever).
+    Quiescent,
+}
+
+/// Everything a finished run reports.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Digest of every event, every evaluated loss and the final parameters.
+    pub digest: u64,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// Simulated time at the end.
+    pub sim_time: SimTime,
+    /// Engine counters (messages, bytes, losses, crashes).
+    pub stats: SimStats,
+    /// Algorithm counters and the evaluation series.
+    pub metrics: Metrics,
+    /// Time breakdown per rank.
+    pub times: Vec<TimeBreakdown>,
+    /// Simulated time of the first evaluation that met the target, if any.
+    pub time_to_target: Option<f64>,
+    /// The consensus parameters at the end.
+    pub final_params: Vec<f32>,
+}
+
+/// Drives a protocol on the simulator.
+pub struct SimExecutor<P: Protocol> {
+    sim: Sim<P::Msg>,
+    roles: Vec<P>,
+    workload: Arc<dyn Workload>,
+    train: TrainConfig,
+    jobs: BTreeMap<u64, Job>,
+    data_rngs: Vec<StreamRng>,
+    proto_rngs: Vec<StreamRng>,
+    clocks: Vec<Clock>,
+    metrics: Metrics,
+}
+
+/// The context handed to a handler: split borrows of the executor.
+struct Ctx<'a, M> {
+    rank: usize,
+    sim: &'a mut Sim<M>,
+    workload: &'a dyn Workload,
+    jobs: &'a mut BTreeMap<u64, Job>,
+    data_rng: &'a mut StreamRng,
+    proto_rng: &'a mut StreamRng,
+    clock: &'a mut Clock,
+    metrics: &'a mut Metrics,
+}
+
+impl<M> Context<M> for Ctx<'_, M> {
+    fn now(&self) -> SimTime {
+        self.sim.now()
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn ranks(&self) -> usize {
+        self.sim.nodes()
+    }
+    fn send(&mut self, to: usize, msg: M, bytes: u64) {
+        self.sim.send(self.rank, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
+    }
+    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {
+        self.sim.set_timer(self.rank, after, tag).expect("a live node sets timers")
+    }
+    fn cancel_timer(&mut self, timer: TimerId) {
+        let _ = self.sim.cancel_timer(timer); // already fired: nothing to do
+    }
+    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
+        let (job, _) = self.sim.start_compute(self.rank, 1.0).expect("a live node computes");
+        let seed = self.data_rng.next_u64();
+        self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed });
+        if self.clock.state != State::Phase(Phase::Computing) {
+            self.clock.switch(self.sim.now(), State::Phase(Phase::Computing));
+        }
+        job
+    }
+    fn workload(&self) -> &dyn Workload {
+        self.workload
+    }
+    fn set_phase(&mut self, phase: Phase) {
+        if self.clock.state != State::Phase(phase) {
+            self.clock.switch(self.sim.now(), State::Phase(phase));
+        }
+    }
+    fn record_update(&mut self, staleness: u64) {
+        self.metrics.updates += 1;
+        *self.metrics.staleness.entry(staleness).or_default() += 1;
+    }
+    fn record_iteration(&mut self, took: SimDuration) {
+        self.metrics.iterations += 1;
+        self.metrics.iteration_times.push(took);
+    }
+    fn random(&mut self) -> u64 {
+        self.proto_rng.next_u64()
+    }
+    fn absorb(&mut self, x: u64) {
+        self.sim.absorb(x);
+    }
+    fn note(&mut self, what: String) {
+        self.metrics.notes.push(Note { time_s: self.sim.now().as_secs_f64(), rank: self.rank, what });
+    }
+}
+
+impl<P: Protocol> SimExecutor<P> {
+    /// Builds the cluster (one rank per entry of `roles`; `sim.nodes` must match).
+    pub fn new(
+        sim: &SimConfig,
+        roles: Vec<P>,
+        workload: Arc<dyn Workload>,
+        train: TrainConfig,
+    ) -> Result<Self, SimError> {
+        if roles.len() != sim.nodes {
+            return Err(SimError::config("nodes", format!("{} roles for {} nodes", roles.len(), sim.nodes)));
+        }
+        let engine = Sim::new(sim)?;
+        let data_rngs = (0..sim.nodes).map(|r| engine.streams().stream("data", r as u64)).collect();
+        let proto_rngs = (0..sim.nodes).map(|r| engine.streams().stream("protocol", r as u64)).collect();
+        Ok(SimExecutor {
+            sim: engine,
+            clocks: vec![Clock::new(); roles.len()],
+            roles,
+            workload,
+            train,
+            jobs: BTreeMap::new(),
+            data_rngs,
+            proto_rngs,
+            metrics: Metrics::default(),
+        })
+    }
+
+    fn with_ctx(&mut self, rank: usize, f: impl FnOnce(&mut P, &mut dyn Context<P::Msg>)) {
+        let mut ctx = Ctx {
+            rank,
+            sim: &mut self.sim,
+            workload: &*self.workload,
+            jobs: &mut self.jobs,
+            data_rng: &mut self.data_rngs[rank],
+            proto_rng: &mut self.proto_rngs[rank],
+            clock: &mut self.clocks[rank],
+            metrics: &mut self.metrics,
+        };
+        f(&mut self.roles[rank], &mut ctx);
+    }
+
+    /// The roles (for inspection after a run).
+    pub fn roles(&self) -> &[P] {
+        &self.roles
+    }
+
+    /// The engine (for inspection, e.g. the trace).
+    pub fn sim(&self) -> &Sim<P::Msg> {
+        &self.sim
+    }
+
+    /// The consensus model and the mean squared distance of replicas from it.
+    pub fn consensus(&self) -> (Vec<f32>, f64, Vec<Option<Vec<f32>>>) {
+        let dim = if self.workload.timing_only() { 0 } else { self.workload.param_count() };
+        let mut server = vec![0f32; dim];
+        let mut has_server = false;
+        let mut replicas: Vec<Option<Vec<f32>>> = vec![None; self.roles.len()];
+        for (r, role) in self.roles.iter().enumerate() {
+            if !self.sim.is_up(r) {
+                continue;
+            }
+            match role.view() {
+                View::Shard { offset, params } => {
+                    has_server = true;
+                    server[offset..offset + params.len()].copy_from_slice(params);
+                }
+                View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
+                    replicas[r] = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
+                }
+                _ => {}
+            }
+        }
+        let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
+        let mean: Vec<f64> = if live.is_empty() {
+            vec![0.0; dim]
+        } else {
+            (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect()
+        };
+        let distance = if live.is_empty() {
+            0.0
+        } else {
+            live.iter().map(|v| v.iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
+                / live.len() as f64
+        };
+        let model = if has_server { server } else { mean.iter().map(|&x| x as f32).collect() };
+        (model, distance, replicas)
+    }
+
+    fn evaluate(&mut self, per_node: bool) -> Sample {
+        let (model, distance, replicas) = self.consensus();
+        let eval = self.workload.evaluate(&model);
+        let node_losses = if per_node && !self.workload.timing_only() {
+            replicas.iter().map(|r| r.as_ref().map(|p| self.workload.evaluate(p).loss)).collect()
+        } else {
+            Vec::new()
+        };
+        self.sim.absorb(eval.loss.to_bits());
+        self.sim.absorb(distance.to_bits());
+        Sample {
+            time_s: self.sim.now().as_secs_f64(),
+            loss: eval.loss,
+            accuracy: eval.accuracy,
+            consensus_distance: distance,
+            node_losses,
+            updates: self.metrics.updates,
+            live: (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count(),
+        }
+    }
+
+    fn dispatch(&mut self, now: SimTime, occ: Occurrence<P::Msg>) {
+        match occ {
+            Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
+            Occurrence::Message { from, to, payload, .. } => self.with_ctx(to, |p, c| p.on_message(c, from, payload)),
+            Occurrence::ComputeDone { node, job, .. } => {
+                let Job { node: owner, params, batch, seed } = self.jobs.remove(&job.0).expect("every job is recorded");
+                debug_assert_eq!(owner, node);
+                let mut grad = vec![0f32; params.len()];
+                let loss = if params.is_empty() {
+                    f64::NAN
+                } else {
+                    self.workload.gradient(&params, GradRequest { worker: node, batch, seed }, &mut grad)
+                };
+                self.metrics.gradients += 1;
+                self.clocks[node].switch(now, State::Phase(Phase::Idle));
+                self.with_ctx(node, |p, c| p.on_gradient(c, job, grad, loss));
+            }
+            Occurrence::Crashed { node } => {
+                self.jobs.retain(|_, j| j.node != node);
+                self.clocks[node].switch(now, State::Crashed);
+                self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "crashed".into() });
+                self.roles[node].on_crash();
+            }
+            Occurrence::Restarted { node } => {
+                self.clocks[node].switch(now, State::Phase(Phase::Idle));
+                self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "restarted".into() });
+                self.with_ctx(node, |p, c| {
+                    p.on_restart(c);
+                    p.on_start(c);
+                });
+            }
+        }
+    }
+
+    /// Runs to the stopping rule and reports.
+    pub fn run(mut self) -> RunResult {
+        let stop = self.train.stop;
+        let end = SimTime::from_secs_f64(stop.sim_time_s);
+        let every = SimDuration::from_secs_f64(self.train.eval_every_s).max(SimDuration(1));
+        for r in 0..self.roles.len() {
+            self.with_ctx(r, |p, c| p.on_start(c));
+        }
+        let mut next_eval = SimTime::ZERO;
+        let mut time_to_target = None;
+        let reached = |s: &Sample| {
+            stop.target_loss.is_some_and(|t| s.loss <= t)
+                || stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
+        };
+        let reason = loop {
+            if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
+                self.dispatch(now, occ);
+                if stop.iterations.is_some_and(|n| self.metrics.iterations >= n) {
+                    break StopReason::Iterations;
+                }
+                if stop.updates.is_some_and(|n| self.metrics.updates >= n) {
+                    break StopReason::Updates;
+                }
+                continue;
+            }
+            if next_eval > end {
+                break StopReason::SimTime;
+            }
+            let quiet = self.sim.peek_time().is_none();
+            if quiet {
+                next_eval = end; // nothing will change: jump to the end
+            }
+            self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
+            let sample = self.evaluate(self.train.eval_per_node);
+            let hit = reached(&sample);
+            self.metrics.samples.push(sample);
+            if hit {
+                time_to_target = Some(next_eval.as_secs_f64());
+                break StopReason::Target;
+            }
+            if quiet {
+                break StopReason::Quiescent;
+            }
+            if next_eval == end {
+                break StopReason::SimTime;
+            }
+            next_eval = (next_eval + every).min(end);
+        };
+        let now = self.sim.now();
+        // The final evaluation, always with per-node losses.
+        let last = self.evaluate(true);
+        if self.metrics.samples.last().is_some_and(|s| s.time_s == last.time_s) {
+            self.metrics.samples.pop();
+        }
+        self.metrics.samples.push(last);
+        let (final_params, _, _) = self.consensus();
+        self.sim.absorb_f32s(&final_params);
+        for c in &mut self.clocks {
+            let state = c.state;
+            c.switch(now, state);
+        }
+        RunResult {
+            digest: self.sim.digest().value(),
+            stop: reason,
+            sim_time: now,
+            stats: self.sim.stats(),
+            times: self.clocks.iter().map(|c| c.times).collect(),
+            time_to_target,
+            final_params,
+            metrics: self.metrics,
+        }
+    }
+}

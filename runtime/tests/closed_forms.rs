@@ -1,0 +1,145 @@
+//! Closed-form checks of the algorithms on the simulator.
+
+mod common;
+use common::*;
+use dsgd_models::quadratic::Quadratic;
+use dsgd_models::Workload;
+use dsgd_runtime::collectives::analytic::CostModel;
+use dsgd_runtime::collectives::CollectiveKind;
+use dsgd_runtime::protocols::async_ps::PsConfig;
+use dsgd_runtime::protocols::sync::SyncConfig;
+use dsgd_runtime::run::StopRule;
+use dsgd_runtime::runner::AlgorithmConfig;
+use dsgd_sim::{Bandwidth, Jitter, SimDuration};
+use std::sync::Arc;
+
+fn sync(collective: CollectiveKind) -> AlgorithmConfig {
+    AlgorithmConfig::Sync(SyncConfig { collective, ..Default::default() })
+}
+
+#[test]
+fn sync_ring_iteration_takes_compute_plus_the_ring_cost() {
+    // ResNet-18-sized messages over 10 Gb/s, 50 µs latency, 100 ms compute.
+    let params = 11_689_512;
+    let s = 4.0 * params as f64;
+    for n in [2usize, 4, 8, 16] {
+        let sim = cluster(1, 100, 50, 10.0);
+        let mut t = train(60.0);
+        t.stop.iterations = Some(20);
+        let r = go(sync(CollectiveKind::Ring), n, &sim, timing(params), t);
+        let measured = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
+        let expected = 0.1 + 2.0 * (n as f64 - 1.0) * (50e-6 + s / n as f64 * 8.0 / 10e9);
+        assert!((measured / expected - 1.0).abs() < 0.01, "n={n}: {measured} vs {expected}");
+        assert_eq!(r.metrics.iterations, 20);
+    }
+}
+
+#[test]
+fn tree_halving_doubling_and_analytic_match_their_costs() {
+    let params = 2_500_000; // 10 MB
+    let bytes = 4 * params as u64;
+    let cost = CostModel {
+        latency: SimDuration::from_micros(20),
+        bandwidth: Bandwidth::from_gbps(25.0),
+        gamma_ns_per_byte: 0.0,
+    };
+    for n in [4usize, 8] {
+        for (kind, expected) in [
+            (CollectiveKind::Tree, cost.tree(n, bytes)),
+            (CollectiveKind::HalvingDoubling, cost.halving_doubling(n, bytes)),
+            (CollectiveKind::Analytic, cost.ring(n, bytes)),
+        ] {
+            let sim = cluster(1, 50, 20, 25.0);
+            let mut t = train(60.0);
+            t.stop.iterations = Some(10);
+            let r = go(sync(kind), n, &sim, timing(params), t);
+            // Steady state: in the first iteration the tree's root finishes as soon as it has sent the
+            // broadcast, before the leaves have it; from then on every iteration waits for the leaves.
+            let measured = mean(r.metrics.iteration_times[1..].iter().map(|d| d.as_secs_f64())) - 0.05;
+            let want = expected.as_secs_f64();
+            assert!((measured / want - 1.0).abs() < 0.01, "{kind:?} n={n}: {measured} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn a_parameter_server_saturates_at_bandwidth_over_size() {
+    // S/B = 10 ms; compute 1 ms: one worker does ~1/(1 ms + 2·10 ms) updates/s; many are capped at B/S = 100/s.
+    let params = 3_125_000; // 12.5 MB
+    let mut rates = Vec::new();
+    for m in [1usize, 2, 4, 8, 16] {
+        let sim = cluster(1, 1, 10, 10.0);
+        let r = go(AlgorithmConfig::AsyncPs(PsConfig::default()), m, &sim, timing(params), train(5.0));
+        rates.push(r.metrics.updates as f64 / r.sim_time.as_secs_f64());
+    }
+    assert!((rates[0] - 1.0 / 0.02102).abs() < 1.5, "one worker: {}", rates[0]);
+    for w in rates.windows(2) {
+        assert!(w[1] >= w[0] * 0.99, "throughput fell as workers were added: {rates:?}");
+    }
+    for &r in &rates[2..] {
+        assert!((r / 100.0 - 1.0).abs() < 0.03, "saturated rate {r} should be B/S = 100/s ({rates:?})");
+    }
+}
+
+#[test]
+fn sync_pays_the_expected_maximum_of_exponential_jitter() {
+    // step = 10 ms · (1 + Exp(mean 1)): E[slowest of n] = 10 ms · (1 + H_n); the all-reduce of a
+    // tiny vector adds 2(n-1)·latency.
+    for n in [1usize, 4, 16] {
+        let mut sim = cluster(3, 10, 1, 100.0);
+        sim.compute.jitter = Jitter::Exponential { mean: 1.0 };
+        let mut t = train(1e6);
+        t.stop.iterations = Some(3000);
+        t.eval_every_s = 1e5;
+        let r = go(sync(CollectiveKind::Ring), n, &sim, timing(16), t);
+        let measured = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
+        let h: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
+        let comm = 2.0 * (n as f64 - 1.0) * 1e-6;
+        let expected = 0.01 * (1.0 + h) + comm;
+        // Var of the max of n exponentials is Σ 1/k² ≤ π²/6: standard error ≤ 10 ms·1.29/√3000.
+        let se = 0.01 * 1.29 / (3000f64).sqrt();
+        assert!((measured - expected).abs() < 4.0 * se, "n={n}: {measured} vs {expected} (se {se})");
+    }
+}
+
+#[test]
+fn sync_sgd_on_the_quadratic_follows_the_closed_form_recursion() {
+    let q = Quadratic::new(16, 1.0, 0.05, 4.0, 1.0);
+    let (workers, batch, lr) = (4usize, 2usize, 0.5);
+    let wl: Arc<dyn Workload> = Arc::new(q.clone());
+    let expected = q.expected_loss(lr, workers * batch, 30);
+    let sim = cluster(0, 10, 5, 10.0);
+    let mut t = train(100.0);
+    t.batch = batch;
+    t.optimizer.lr = lr;
+    t.stop.iterations = Some(1);
+    let period = go(sync(CollectiveKind::Ring), workers, &sim, wl.clone(), t).metrics.iteration_times[0].as_secs_f64();
+    for steps in [3usize, 10, 30] {
+        let seeds = 200;
+        let losses: Vec<f64> = (0..seeds)
+            .map(|seed| {
+                let mut t = train((steps as f64 + 0.5) * period);
+                t.batch = batch;
+                t.optimizer.lr = lr;
+                t.stop = StopRule { sim_time_s: (steps as f64 + 0.5) * period, ..Default::default() };
+                t.eval_every_s = 1e3;
+                let r = go(
+                    sync(CollectiveKind::Ring),
+                    workers,
+                    &{
+                        let mut s = sim.clone();
+                        s.seed = seed;
+                        s
+                    },
+                    wl.clone(),
+                    t,
+                );
+                r.metrics.samples.last().unwrap().loss
+            })
+            .collect();
+        let m = mean(losses.iter().copied());
+        let sd = (losses.iter().map(|l| (l - m).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt();
+        let se = sd / (seeds as f64).sqrt();
+        assert!((m - expected[steps]).abs() < 4.0 * se + 1e-9, "step {steps}: {m} vs {} (se {se})", expected[steps]);
+    }
+}

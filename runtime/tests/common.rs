@@ -1,0 +1,49 @@
+//! Shared helpers for the runtime's integration tests.
+#![allow(dead_code, missing_docs)]
+
+use dsgd_models::quadratic::Quadratic;
+use dsgd_models::timing::Timing;
+use dsgd_models::Workload;
+use dsgd_runtime::run::{StopRule, TrainConfig};
+use dsgd_runtime::runner::{run, AlgorithmConfig};
+use dsgd_runtime::sim_exec::RunResult;
+use dsgd_sim::{Bandwidth, ComputeConfig, NetworkConfig, SimConfig, SimDuration};
+use std::sync::Arc;
+
+pub fn cluster(seed: u64, step_ms: u64, latency_us: u64, gbps: f64) -> SimConfig {
+    SimConfig {
+        network: NetworkConfig {
+            latency: SimDuration::from_micros(latency_us),
+            bandwidth: Bandwidth::from_gbps(gbps),
+            ..Default::default()
+        },
+        compute: ComputeConfig { base: SimDuration::from_millis(step_ms), ..Default::default() },
+        ..SimConfig::new(1, seed)
+    }
+}
+
+pub fn timing(params: usize) -> Arc<dyn Workload> {
+    Arc::new(Timing::new(params))
+}
+
+pub fn quadratic() -> Arc<dyn Workload> {
+    Arc::new(Quadratic::new(32, 1.0, 0.01, 1.0, 1.0))
+}
+
+pub fn train(sim_time_s: f64) -> TrainConfig {
+    TrainConfig {
+        batch: 8,
+        eval_every_s: sim_time_s / 20.0,
+        stop: StopRule { sim_time_s, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+pub fn go(alg: AlgorithmConfig, workers: usize, sim: &SimConfig, w: Arc<dyn Workload>, t: TrainConfig) -> RunResult {
+    run(&alg, workers, sim, w, t).expect("valid configuration")
+}
+
+pub fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = xs.into_iter().collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
