@@ -90,8 +90,8 @@ mod tests {
         let mut var = [0.0f64; 4];
         for s in 0..n {
             q.gradient(&x, GradRequest { worker: 0, batch: 8, seed: s }, &mut g);
-            for i in 0..4 {
-                var[i] += (g[i] as f64).powi(2) / n as f64;
+            for (v, g) in var.iter_mut().zip(&g) {
+                *v += (*g as f64).powi(2) / n as f64;
             }
         }
         for i in 0..4 {

@@ -166,3 +166,105 @@ fn bad_network_configs_are_errors() {
     assert!(err.to_string().contains("rack_size"), "{err}");
     assert!(Sim::<()>::new(&SimConfig::new(0, 0)).is_err());
 }
+
+/// A straightforward reference of the contention model: every head arrival is an event, nothing
+/// is reserved ahead of time. The engine's shortcuts must give exactly the same delivery times.
+fn reference(net: &NetworkConfig, nodes: usize, sends: &[(SimTime, usize, usize, u64)]) -> Vec<SimTime> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let (rack_size, uplink, core) = match net.topology {
+        Topology::Flat => (usize::MAX, Bandwidth(1), SimDuration::ZERO),
+        Topology::Racks { rack_size, uplink, core_latency } => (rack_size, uplink, core_latency),
+    };
+    let lat = |n: usize| net.per_node.get(&n).and_then(|o| o.latency).unwrap_or(net.latency);
+    let bw = |n: usize| net.per_node.get(&n).and_then(|o| o.bandwidth).unwrap_or(net.bandwidth);
+    // Links: egress n, ingress n, then uplink/downlink per rack.
+    let path = |a: usize, b: usize| -> Vec<(usize, Bandwidth)> {
+        if a / rack_size == b / rack_size {
+            vec![(2 * a, bw(a)), (2 * b + 1, bw(b))]
+        } else {
+            let (ra, rb) = (a / rack_size, b / rack_size);
+            vec![(2 * a, bw(a)), (2 * nodes + 2 * ra, uplink), (2 * nodes + 2 * rb + 1, uplink), (2 * b + 1, bw(b))]
+        }
+    };
+    let mut free = vec![SimTime::ZERO; 2 * nodes + 2 * nodes.div_ceil(rack_size.min(nodes)) + 2];
+    let mut delivered = vec![SimTime::ZERO; sends.len()];
+    // Events: (time, seq, message, hop, tail). Sends are hop 0.
+    let mut q = BinaryHeap::new();
+    for (i, &(t, ..)) in sends.iter().enumerate() {
+        q.push(Reverse((t, i as u64, i, 0usize, SimTime::ZERO)));
+    }
+    let mut seq = sends.len() as u64;
+    while let Some(Reverse((now, _, m, hop, prev_tail))) = q.pop() {
+        let (_, a, b, bytes) = sends[m];
+        let p = path(a, b);
+        let (link, speed) = p[hop];
+        let start = now.max(free[link]);
+        let mut tail = (start + speed.transfer_time(bytes)).max(prev_tail);
+        free[link] = tail;
+        let mut head = start;
+        if hop == 0 {
+            let l = lat(a).max(lat(b)) + if a / rack_size == b / rack_size { SimDuration::ZERO } else { core };
+            head = start + l;
+            tail += l;
+        }
+        if hop + 1 == p.len() {
+            delivered[m] = tail;
+        } else {
+            q.push(Reverse((head, seq, m, hop + 1, tail)));
+            seq += 1;
+        }
+    }
+    delivered
+}
+
+#[test]
+fn the_engine_matches_a_plain_event_per_hop_reference_under_random_traffic() {
+    use dsgd_sim::rng::splitmix64;
+    for (case, topology) in [
+        Topology::Flat,
+        Topology::Racks { rack_size: 3, uplink: Bandwidth::from_gbps(15.0), core_latency: SimDuration::from_micros(2) },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let nodes = 10;
+        let mut net = NetworkConfig { topology, ..flat() };
+        net.per_node.insert(
+            3,
+            NicOverride { latency: Some(SimDuration::from_micros(9)), bandwidth: Some(Bandwidth::from_gbps(4.0)) },
+        );
+        net.per_node.insert(7, NicOverride { latency: Some(SimDuration::from_micros(6)), bandwidth: None });
+        let mut x = 99 + case as u64;
+        let mut r = || {
+            x = splitmix64(x);
+            x
+        };
+        let mut sends: Vec<(SimTime, usize, usize, u64)> = (0..2_000)
+            .map(|_| {
+                let a = (r() % nodes as u64) as usize;
+                let b = (a + 1 + (r() % (nodes as u64 - 1)) as usize) % nodes;
+                (SimTime(r() % 20_000_000), a, b, 1_000 + r() % 200_000)
+            })
+            .collect();
+        sends.sort_by_key(|s| s.0);
+        let want = reference(&net, nodes, &sends);
+        let mut sim = cluster(nodes, net);
+        for (i, s) in sends.iter().enumerate() {
+            sim.set_timer(s.1, s.0 - SimTime::ZERO, i as u64).unwrap();
+        }
+        let mut got = vec![SimTime::ZERO; sends.len()];
+        while let Some((t, occ)) = sim.step() {
+            match occ {
+                Occurrence::Timer { tag, .. } => {
+                    let (_, a, b, bytes) = sends[tag as usize];
+                    sim.send(a, b, bytes, tag as usize).unwrap();
+                }
+                Occurrence::Message { payload, .. } => got[payload] = t,
+                _ => {}
+            }
+        }
+        assert_eq!(got, want, "topology case {case}");
+        assert!(sim.stats().events < 2 * 2_000 + 2_000 * if case == 0 { 1 } else { 3 }, "shortcut never taken");
+    }
+}

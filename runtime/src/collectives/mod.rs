@@ -13,8 +13,8 @@ pub mod ring;
 pub mod tree;
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Which all-reduce algorithm to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,21 +82,26 @@ pub struct Outgoing {
 /// One member's execution of a collective.
 #[derive(Clone, Debug)]
 pub struct Run {
-    steps: Vec<Step>,
+    steps: Arc<[Step]>,
     pos: usize,
     sent: bool,
     buf: Vec<f32>,
-    early: BTreeMap<u32, Vec<f32>>,
+    /// Data of rounds not yet consumed, indexed by round.
+    early: Vec<Option<Vec<f32>>>,
 }
 
 impl Run {
-    /// Starts a run over `buf` (this member's contribution; empty for timing-only workloads).
-    pub fn new(steps: Vec<Step>, buf: Vec<f32>) -> Self {
-        Run { steps, pos: 0, sent: false, buf, early: BTreeMap::new() }
+    /// Starts a run of `steps` (shareable: a member's schedule is the same every iteration) over
+    /// `buf` (this member's contribution; empty for timing-only workloads).
+    pub fn new(steps: Arc<[Step]>, buf: Vec<f32>) -> Self {
+        let rounds = steps.iter().map(|s| s.round as usize + 1).max().unwrap_or(0);
+        Run { steps, pos: 0, sent: false, buf, early: vec![None; rounds] }
     }
     /// Hands in the data of a round (possibly before this member reaches it).
     pub fn deliver(&mut self, round: u32, data: Vec<f32>) {
-        self.early.insert(round, data);
+        if let Some(slot) = self.early.get_mut(round as usize) {
+            *slot = Some(data);
+        }
     }
     /// Advances as far as possible, appending messages to send; true when finished.
     pub fn poll(&mut self, out: &mut Vec<Outgoing>) -> bool {
@@ -109,7 +114,7 @@ impl Run {
                 self.sent = true;
             }
             if let Some((_, range, op)) = &step.recv {
-                let Some(data) = self.early.remove(&step.round) else { return false };
+                let Some(data) = self.early[step.round as usize].take() else { return false };
                 if !self.buf.is_empty() {
                     let dst = &mut self.buf[range.clone()];
                     debug_assert_eq!(dst.len(), data.len(), "round {} range mismatch", step.round);
@@ -138,7 +143,8 @@ mod tests {
     fn simulate(kind: CollectiveKind, p: usize, dim: usize) -> (Vec<Vec<f32>>, usize) {
         let inputs: Vec<Vec<f32>> =
             (0..p).map(|m| (0..dim).map(|i| ((m * 31 + i * 7) % 13) as f32).collect()).collect();
-        let mut runs: Vec<Run> = (0..p).map(|m| Run::new(schedule(kind, p, m, dim), inputs[m].clone())).collect();
+        let mut runs: Vec<Run> =
+            (0..p).map(|m| Run::new(schedule(kind, p, m, dim).into(), inputs[m].clone())).collect();
         let mut done = vec![false; p];
         let mut messages = 0;
         let mut queue: std::collections::VecDeque<Outgoing> = Default::default();

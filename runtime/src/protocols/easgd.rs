@@ -229,6 +229,7 @@ impl Protocol for Centre {
 }
 
 /// One rank of an EASGD run.
+#[allow(clippy::large_enum_variant)] // one per rank; boxing buys nothing
 pub enum EasgdRole {
     /// A worker.
     Worker(EasgdWorker),

@@ -6,11 +6,16 @@
 //!   most one request outstanding); a request unanswered for `timeout_s` marks the peer suspect
 //!   for four timeouts, and suspects are skipped when choosing peers.
 //! - **Push** (push-sum, Kempe et al. 2003): each node keeps `(x_i, w_i)` with `w_i = 1` at the
-//!   start, takes gradients at `z_i = x_i / w_i` and applies the step to `x_i`; to gossip it halves
-//!   both and sends one half to the peer, who adds it to its own. Halving is exact, and the sums
-//!   of `x` and `w` over nodes and messages in flight are conserved (exactly when the values are
-//!   dyadic; state is kept in `f64`). A lost message loses its mass: push-sum assumes a reliable
-//!   network, so crashes and partitions perturb the average it converges to.
+//!   start, takes gradients at `z_i = x_i / w_i` and adds `w_i` times the optimizer's step to
+//!   `x_i` (so `z_i` moves by one step whatever the weight); to gossip it splits both in two and
+//!   sends one part to the peer, who adds it to its own. `x` and `w` are kept in fixed point
+//!   (integers: `x` in units of 2^-32, `w` in units of 2^-40) and split as `floor(v/2)` sent,
+//!   `v - floor(v/2)` kept, so the sums of `x` and `w` over nodes and messages in flight are
+//!   conserved exactly, in any order of delivery. The receiver acknowledges each push; a push
+//!   not acknowledged within `timeout_s` is taken back (its mass re-added, its peer marked
+//!   suspect), so a dead or cut-off peer does not drain the system's mass. (If the push arrived
+//!   and only the acknowledgement was lost, that mass is counted twice: the price of not
+//!   blocking on a dead peer.)
 //!
 //! Peers: `uniform` (any other node), `ring` (the next node), or `exponential` (Stochastic
 //! Gradient Push's time-varying graph: node `i` talks to `i + 2^(k mod ceil(log2 n))`).
@@ -22,6 +27,7 @@ use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Pull or push gossip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,16 +81,32 @@ pub enum GossipMsg {
         /// Values.
         x: Vec<f32>,
     },
-    /// Half of the sender's push-sum state.
+    /// Acknowledges push `seq`.
+    PushAck {
+        /// The push's sequence number.
+        seq: u64,
+    },
+    /// Half of the sender's push-sum state, in fixed point.
     PushSum {
-        /// Half of `x`.
-        x: Vec<f64>,
-        /// Half of `w`.
-        w: f64,
+        /// Sequence number, for the acknowledgement.
+        seq: u64,
+        /// Half of `x`, in units of 2^-32.
+        x: Vec<i64>,
+        /// Half of `w`, in units of 2^-40.
+        w: i64,
     },
 }
 
 const TIMEOUT: u64 = 1;
+const PUSH_TIMEOUT: u64 = 2;
+/// Fixed-point scale of push-sum parameters.
+pub const X_ONE: f64 = (1u64 << 32) as f64;
+/// Fixed-point scale of push-sum weights (one unit of weight).
+pub const W_ONE: i64 = 1 << 40;
+
+fn to_fixed(v: f64) -> i64 {
+    (v * X_ONE).round() as i64 // saturates on overflow (only a diverged run gets there)
+}
 
 /// A gossip node.
 pub struct GossipNode {
@@ -92,8 +114,8 @@ pub struct GossipNode {
     batch: usize,
     opt_cfg: OptimizerConfig,
     x: Vec<f32>,
-    xs: Vec<f64>,
-    w: f64,
+    xs: Vec<i64>,
+    w: i64,
     opt: Sgd,
     steps: u64,
     exchanges: u64,
@@ -103,6 +125,8 @@ pub struct GossipNode {
     gen: u64,
     restarted: bool,
     recovering: bool,
+    unacked: BTreeMap<u64, (usize, Vec<i64>, i64)>,
+    next_push: u64,
 }
 
 impl GossipNode {
@@ -114,7 +138,7 @@ impl GossipNode {
             opt_cfg: opt,
             x: Vec::new(),
             xs: Vec::new(),
-            w: 1.0,
+            w: W_ONE,
             opt: Sgd::new(opt, 0, 1),
             steps: 0,
             exchanges: 0,
@@ -124,12 +148,20 @@ impl GossipNode {
             gen: 0,
             restarted: false,
             recovering: false,
+            unacked: BTreeMap::new(),
+            next_push: 0,
         }
     }
 
-    /// Push-sum state `(x, w)` (push mode).
-    pub fn mass(&self) -> (&[f64], f64) {
+    /// Push-sum state `(x, w)` in fixed point (push mode): `x` in units of 2^-32, `w` of 2^-40.
+    pub fn mass(&self) -> (&[i64], i64) {
         (&self.xs, self.w)
+    }
+
+    /// The node's model `z = x / w` (push mode).
+    fn z(&self) -> Vec<f32> {
+        let w = self.w as f64 / W_ONE as f64;
+        self.xs.iter().map(|&x| (x as f64 / X_ONE / w) as f32).collect()
     }
 
     /// Pull-mode parameters.
@@ -171,10 +203,10 @@ impl GossipNode {
 
     fn compute(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         let params = if self.push() {
-            if self.w <= 0.0 {
+            if self.w <= 0 {
                 return; // a restarted push node waits for mass
             }
-            self.xs.iter().map(|&x| (x / self.w) as f32).collect()
+            self.z()
         } else {
             self.x.clone()
         };
@@ -184,10 +216,15 @@ impl GossipNode {
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         if self.push() {
             let Some(peer) = self.choose_peer(ctx) else { return };
-            self.xs.iter_mut().for_each(|x| *x *= 0.5);
-            self.w *= 0.5;
-            let bytes = ctx.workload().message_bytes() + 8;
-            ctx.send(peer, GossipMsg::PushSum { x: self.xs.clone(), w: self.w }, bytes);
+            let x: Vec<i64> = self.xs.iter_mut().map(split).collect();
+            let w = split(&mut self.w);
+            let bytes = ctx.workload().message_bytes() + 16;
+            let seq = self.next_push;
+            self.next_push += 1;
+            self.unacked.insert(seq, (peer, x.clone(), w));
+            ctx.send(peer, GossipMsg::PushSum { seq, x, w }, bytes);
+            let t = self.timeout();
+            ctx.set_timer(t, PUSH_TIMEOUT | seq << 8);
         } else if self.outstanding.is_none() {
             let Some(peer) = self.choose_peer(ctx) else { return };
             self.outstanding = Some(peer);
@@ -199,6 +236,13 @@ impl GossipNode {
     }
 }
 
+/// Splits `v` in two: returns `floor(v/2)` and keeps the rest, so the two parts sum to `v` exactly.
+fn split(v: &mut i64) -> i64 {
+    let half = v.div_euclid(2);
+    *v -= half;
+    half
+}
+
 impl Protocol for GossipNode {
     type Msg = GossipMsg;
 
@@ -208,8 +252,8 @@ impl Protocol for GossipNode {
         self.opt = Sgd::new(self.opt_cfg, init.len(), 1);
         let restarted = std::mem::take(&mut self.restarted);
         if self.push() {
-            self.w = if restarted { 0.0 } else { 1.0 };
-            self.xs = init.iter().map(|&x| if restarted { 0.0 } else { x as f64 }).collect();
+            self.w = if restarted { 0 } else { W_ONE };
+            self.xs = init.iter().map(|&x| if restarted { 0 } else { to_fixed(x as f64) }).collect();
         } else {
             self.x = init;
         }
@@ -244,9 +288,13 @@ impl Protocol for GossipNode {
                     self.x.iter_mut().zip(&x).for_each(|(a, b)| *a = (*a + b) * 0.5);
                 }
             }
-            GossipMsg::PushSum { x, w } => {
-                let idle = self.w <= 0.0 && self.job.is_none();
-                self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a += b);
+            GossipMsg::PushAck { seq } => {
+                self.unacked.remove(&seq);
+            }
+            GossipMsg::PushSum { seq, x, w } => {
+                ctx.send(from, GossipMsg::PushAck { seq }, 64);
+                let idle = self.w <= 0 && self.job.is_none();
+                self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a = a.saturating_add(*b));
                 self.w += w;
                 if idle {
                     self.compute(ctx);
@@ -256,6 +304,19 @@ impl Protocol for GossipNode {
     }
 
     fn on_timer(&mut self, ctx: &mut dyn Context<GossipMsg>, tag: u64) {
+        if tag & 0xff == PUSH_TIMEOUT {
+            if let Some((peer, x, w)) = self.unacked.remove(&(tag >> 8)) {
+                ctx.note(format!("push to peer {peer} not acknowledged; taking its mass back"));
+                self.suspect_until[peer] = ctx.now() + self.timeout().mul_f64(4.0);
+                let idle = self.w <= 0 && self.job.is_none();
+                self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a = a.saturating_add(*b));
+                self.w += w;
+                if idle {
+                    self.compute(ctx);
+                }
+            }
+            return;
+        }
         if tag >> 8 != self.gen {
             return;
         }
@@ -275,10 +336,15 @@ impl Protocol for GossipNode {
         self.job = None;
         if self.push() {
             if !grad.is_empty() {
-                let z: Vec<f32> = self.xs.iter().map(|&x| (x / self.w) as f32).collect();
+                let z = self.z();
                 let mut stepped = z.clone();
                 self.opt.apply(&mut stepped, &grad);
-                self.xs.iter_mut().zip(stepped.iter().zip(&z)).for_each(|(x, (s, z))| *x += (s - z) as f64);
+                // Scale the step by w so that z = x/w moves by exactly one optimizer step,
+                // whatever the node's weight (fast gossipers lose weight, stragglers gain it).
+                let w = self.w as f64 / W_ONE as f64;
+                for (x, (s, z)) in self.xs.iter_mut().zip(stepped.iter().zip(&z)) {
+                    *x = x.saturating_add(to_fixed(w * (s - z) as f64));
+                }
             }
         } else {
             self.opt.apply(&mut self.x, &grad);
@@ -294,6 +360,7 @@ impl Protocol for GossipNode {
     fn on_crash(&mut self) {
         self.job = None;
         self.outstanding = None;
+        self.unacked.clear();
         self.restarted = true;
     }
 
@@ -306,7 +373,7 @@ impl Protocol for GossipNode {
         if self.recovering {
             View::Nothing
         } else if self.push() {
-            View::Replica { params: self.xs.iter().map(|&x| x as f32).collect::<Vec<f32>>().into(), weight: self.w }
+            View::Replica { params: self.z().into(), weight: if self.w > 0 { 1.0 } else { 0.0 } }
         } else {
             View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
         }

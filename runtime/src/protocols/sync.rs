@@ -12,16 +12,17 @@
 //! epoch and asks every rank to answer; every live rank that hears a probe answers and waits
 //! `timeout_s / 2`; the membership of the new epoch is everyone who answered. The member with the
 //! most completed iterations (lowest rank on ties) sends its parameters and optimizer state to
-//! those behind, and training resumes with the survivors. A restarted rank announces itself with
+//! every other member, and training resumes with the survivors from identical replicas. A restarted rank announces itself with
 //! `Join`, which triggers a probe that takes it back in with the current parameters. Messages of
 //! older epochs are ignored, so no round of a dead membership can be confused with a live one.
 
-use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run};
+use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run, Step};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
-use dsgd_sim::{SimDuration, SimTime, TimerId};
+use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Configuration of synchronous SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -90,19 +91,23 @@ pub enum SyncMsg {
         /// The sender's epoch.
         epoch: u32,
     },
-    /// Parameters and optimizer state for a member that is behind.
-    State {
-        /// Epoch.
-        epoch: u32,
-        /// Completed iterations.
-        done: u64,
-        /// Parameters.
-        params: Vec<f32>,
-        /// Momentum buffer.
-        velocity: Vec<f32>,
-        /// Optimizer steps.
-        steps: u64,
-    },
+    /// Parameters and optimizer state for a member that is behind (boxed: rare and large).
+    State(Box<StateMsg>),
+}
+
+/// The state a probe's donor hands to the other members.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateMsg {
+    /// Epoch.
+    pub epoch: u32,
+    /// Completed iterations.
+    pub done: u64,
+    /// Parameters.
+    pub params: Vec<f32>,
+    /// Momentum buffer.
+    pub velocity: Vec<f32>,
+    /// Optimizer steps.
+    pub steps: u64,
 }
 
 const WATCHDOG: u64 = 1;
@@ -110,6 +115,9 @@ const PROBE_END: u64 = 2;
 const ANALYTIC_DONE: u64 = 3;
 const HELLO: u64 = 4;
 const SMALL: u64 = 64;
+
+/// A gradient received for (epoch, iteration): sender, when it was ready, values.
+type Contribution = (usize, SimTime, Vec<f32>);
 
 struct Probing {
     epoch: u32,
@@ -131,13 +139,15 @@ pub struct SyncWorker {
     run: Option<Run>,
     reducing: bool,
     chunks: BTreeMap<(u32, u64, u32), Vec<f32>>,
-    grads: BTreeMap<(u32, u64), Vec<(usize, SimTime, Vec<f32>)>>,
+    grads: BTreeMap<(u32, u64), Vec<Contribution>>,
     iter_start: SimTime,
     gen: u64,
-    watchdog: Option<TimerId>,
+    watchdog_armed: bool,
+    progress: SimTime,
+    schedule: Option<(u32, Arc<[Step]>)>,
     probing: Option<Probing>,
     awaiting_state: bool,
-    pending_state: Option<SyncMsg>,
+    pending_state: Option<Box<StateMsg>>,
     restarted: bool,
     joining: u32,
 }
@@ -162,7 +172,9 @@ impl SyncWorker {
             grads: BTreeMap::new(),
             iter_start: SimTime::ZERO,
             gen: 0,
-            watchdog: None,
+            watchdog_armed: false,
+            progress: SimTime::ZERO,
+            schedule: None,
             probing: None,
             awaiting_state: false,
             pending_state: None,
@@ -193,18 +205,22 @@ impl SyncWorker {
     fn timeout(&self) -> SimDuration {
         SimDuration::from_secs_f64(self.cfg.timeout_s)
     }
-    fn invalidate(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+    /// Voids the timers of the current iteration or probe.
+    fn invalidate(&mut self) {
         self.gen += 1;
-        if let Some(t) = self.watchdog.take() {
-            ctx.cancel_timer(t);
+    }
+    /// Notes progress. One watchdog timer stays armed while the node waits for others; when it
+    /// fires it re-arms itself for `timeout` after the last progress, so progress costs no timer
+    /// operation.
+    fn arm_watchdog(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.progress = ctx.now();
+        if !self.watchdog_armed {
+            self.watchdog_armed = true;
+            ctx.set_timer(self.timeout(), WATCHDOG);
         }
     }
-    fn arm_watchdog(&mut self, ctx: &mut dyn Context<SyncMsg>) {
-        if let Some(t) = self.watchdog.take() {
-            ctx.cancel_timer(t);
-        }
-        let tag = self.tag(WATCHDOG);
-        self.watchdog = Some(ctx.set_timer(self.timeout(), tag));
+    fn waiting(&self) -> bool {
+        self.probing.is_none() && (self.reducing || self.awaiting_state)
     }
     fn me(&self, rank: usize) -> Option<usize> {
         self.members.iter().position(|&m| m == rank)
@@ -247,7 +263,15 @@ impl SyncWorker {
             return;
         }
         let dim = ctx.workload().param_count();
-        let mut run = Run::new(collectives::schedule(self.cfg.collective, self.members.len(), me, dim), grad);
+        let steps = match &self.schedule {
+            Some((epoch, steps)) if *epoch == self.epoch => steps.clone(),
+            _ => {
+                let steps: Arc<[Step]> = collectives::schedule(self.cfg.collective, self.members.len(), me, dim).into();
+                self.schedule = Some((self.epoch, steps.clone()));
+                steps
+            }
+        };
+        let mut run = Run::new(steps, grad);
         let early: Vec<(u32, Vec<f32>)> =
             self.chunks.range((key.0, key.1, 0)..=(key.0, key.1, u32::MAX)).map(|(k, v)| (k.2, v.clone())).collect();
         self.chunks.retain(|k, _| (k.0, k.1) > key);
@@ -309,7 +333,7 @@ impl SyncWorker {
         sum.iter_mut().for_each(|x| *x *= scale);
         self.opt.apply(&mut self.params, &sum);
         self.done += 1;
-        self.invalidate(ctx);
+        self.invalidate();
         let rank = ctx.rank();
         if rank == self.members[0] {
             ctx.record_update(0);
@@ -328,7 +352,7 @@ impl SyncWorker {
     fn start_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, epoch: u32) {
         self.run = None;
         self.reducing = false;
-        self.invalidate(ctx);
+        self.invalidate();
         let rank = ctx.rank();
         self.probing = Some(Probing { epoch, responders: [(rank, self.done)].into_iter().collect() });
         for r in (0..ctx.ranks()).filter(|&r| r != rank) {
@@ -351,7 +375,11 @@ impl SyncWorker {
         self.joining = 0;
         self.awaiting_state = false;
         ctx.note(format!("epoch {}: members {:?} at iteration {max_done}", self.epoch, self.members));
-        if self.done < max_done {
+        let donor = p.responders.iter().find(|(_, &d)| d == max_done).map(|(&r, _)| r).expect("max exists");
+        if donor != rank {
+            // Everyone adopts the donor's state, so replicas are bit-identical after any
+            // membership change (two halves of a healed partition may have equal counts but
+            // different parameters).
             self.awaiting_state = true;
             self.arm_watchdog(ctx);
             if let Some(state) = self.pending_state.take() {
@@ -359,16 +387,15 @@ impl SyncWorker {
             }
             return;
         }
-        let donor = p.responders.iter().find(|(_, &d)| d == max_done).map(|(&r, _)| r).expect("max exists");
-        if donor == rank {
-            for (&m, _) in p.responders.iter().filter(|(_, &d)| d < max_done) {
-                let msg = SyncMsg::State {
+        {
+            for (&m, _) in p.responders.iter().filter(|(&m, _)| m != rank) {
+                let msg = SyncMsg::State(Box::new(StateMsg {
                     epoch: self.epoch,
                     done: self.done,
                     params: self.params.clone(),
                     velocity: self.opt.velocity().to_vec(),
                     steps: self.opt.steps(),
-                };
+                }));
                 ctx.send(m, msg, 2 * Self::bytes(ctx));
             }
         }
@@ -388,12 +415,12 @@ impl SyncWorker {
         self.arm_watchdog(ctx);
     }
 
-    fn on_state(&mut self, ctx: &mut dyn Context<SyncMsg>, msg: SyncMsg) {
-        let SyncMsg::State { epoch, done, params, velocity, steps } = msg else { return };
-        if epoch > self.epoch || self.probing.is_some() {
-            self.pending_state = Some(SyncMsg::State { epoch, done, params, velocity, steps });
+    fn on_state(&mut self, ctx: &mut dyn Context<SyncMsg>, msg: Box<StateMsg>) {
+        if msg.epoch > self.epoch || self.probing.is_some() {
+            self.pending_state = Some(msg);
             return;
         }
+        let StateMsg { epoch, done, params, velocity, steps } = *msg;
         if epoch < self.epoch || !self.awaiting_state {
             return;
         }
@@ -401,7 +428,7 @@ impl SyncWorker {
         self.params = params;
         self.opt.adopt(&velocity, steps);
         self.done = done;
-        self.invalidate(ctx);
+        self.invalidate();
         self.begin_iteration(ctx);
     }
 }
@@ -462,7 +489,7 @@ impl Protocol for SyncWorker {
                 if epoch == self.epoch && iter > self.done && self.probing.is_none() && !self.awaiting_state {
                     self.params = params;
                     self.done = iter;
-                    self.invalidate(ctx);
+                    self.invalidate();
                     self.begin_iteration(ctx);
                 }
             }
@@ -489,7 +516,7 @@ impl Protocol for SyncWorker {
                 }
                 None => {}
             },
-            state @ SyncMsg::State { .. } => self.on_state(ctx, state),
+            SyncMsg::State(state) => self.on_state(ctx, state),
         }
     }
 
@@ -504,19 +531,28 @@ impl Protocol for SyncWorker {
             }
             return;
         }
+        if tag == WATCHDOG {
+            self.watchdog_armed = false;
+            if !self.waiting() {
+                return;
+            }
+            let quiet = ctx.now().saturating_since(self.progress);
+            if quiet < self.timeout() {
+                self.watchdog_armed = true;
+                ctx.set_timer(SimDuration(self.timeout().as_nanos() - quiet.as_nanos()), WATCHDOG);
+            } else if self.joining > 0 && self.joining < 3 {
+                self.joining += 1;
+                self.ask_to_join(ctx);
+            } else {
+                ctx.note(format!("timeout in iteration {} (epoch {})", self.done, self.epoch));
+                self.start_probe(ctx, self.epoch + 1);
+            }
+            return;
+        }
         if tag >> 8 != self.gen {
             return;
         }
         match tag & 0xff {
-            WATCHDOG if self.joining > 0 && self.joining < 3 => {
-                self.joining += 1;
-                self.ask_to_join(ctx);
-            }
-            WATCHDOG => {
-                self.watchdog = None;
-                ctx.note(format!("timeout in iteration {} (epoch {})", self.done, self.epoch));
-                self.start_probe(ctx, self.epoch + 1);
-            }
             PROBE_END => self.end_probe(ctx),
             ANALYTIC_DONE => {
                 let got = self.grads.remove(&(self.epoch, self.done)).unwrap_or_default();
@@ -549,7 +585,7 @@ impl Protocol for SyncWorker {
         self.grad = None;
         self.probing = None;
         self.reducing = false;
-        self.watchdog = None;
+        self.watchdog_armed = false;
         self.pending_state = None;
         self.chunks.clear();
         self.grads.clear();

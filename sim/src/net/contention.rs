@@ -2,37 +2,59 @@
 //!
 //! A message of S bytes starts on its sender's egress when that link is free; its head reaches
 //! the next link one latency later (switches forward cut-through, so no further latency is
-//! added). At each link the head waits until the link is free, in order of head arrival (the
-//! engine processes hops in time order), and the tail leaves the link at
-//! `max(start + S/B_link, tail leaving the previous link)`: a fast link cannot outrun a slow one
-//! upstream. The message is delivered when its tail leaves the last link. Alone on an idle
-//! network this gives `latency + S/B`; k senders into one receiver finish at `latency + k·S/B`.
+//! added). At each link the head waits until the link is free, in order of head arrival, and the
+//! tail leaves the link at `max(start + S/B_link, tail leaving the previous link)`: a fast link
+//! cannot outrun a slow one upstream. The message is delivered when its tail leaves the last
+//! link. Alone on an idle network this gives `latency + S/B`; k senders into one receiver finish
+//! at `latency + k·S/B`.
+//!
+//! Head arrivals are normally events (the engine calls [`advance`] at their time), so links
+//! serve heads in arrival order. As an exact shortcut, a link is reserved without an event when
+//! no other head can reach it first: at send time, when the head arrives after the minimum
+//! latency of the network and no head is pending at that link (any later send arrives no
+//! earlier); later on a path, when the head arrives at the link at the current instant and none
+//! is pending there. The shortcut changes no result, only the number of events.
 
-use super::{Network, Next, Progress};
+use super::{LinkId, Network, Next, Progress};
 use crate::time::SimTime;
 
-/// Reserves the sender's egress at `now`.
+/// Reserves the sender's egress at `now` (and the next link too when that is safe).
 pub fn begin(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64) -> Next {
-    let (path, _) = net.path(from, to);
+    let (path, len) = net.path(from, to);
     let latency = net.latency(from, to);
     let link = net.link_mut(path[0]);
     let start = now.max(link.free_at);
     let tail = start + link.now.transfer_time(bytes);
     link.free_at = tail;
-    Next::Hop(start + latency, Progress { hop: 1, tail: tail + latency })
+    let head = start + latency;
+    let p = Progress { hop: 1, tail: tail + latency };
+    if head <= now + net.min_latency() && net.pending(path[1]) == 0 {
+        return walk(net, head, &path[..len], bytes, p);
+    }
+    *net.pending_mut(path[1]) += 1;
+    Next::Hop(head, p)
 }
 
-/// The message's head has reached link `p.hop` of its path at `now`.
+/// The message's head has reached link `p.hop` of its path at `now` (a scheduled event).
 pub fn advance(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64, p: Progress) -> Next {
     let (path, len) = net.path(from, to);
-    let link = net.link_mut(path[p.hop as usize]);
-    let start = now.max(link.free_at);
-    let tail = (start + link.now.transfer_time(bytes)).max(p.tail);
-    link.free_at = tail;
-    let hop = p.hop + 1;
-    if hop as usize == len {
-        Next::Deliver(tail)
-    } else {
-        Next::Hop(start, Progress { hop, tail })
+    *net.pending_mut(path[p.hop as usize]) -= 1;
+    walk(net, now, &path[..len], bytes, p)
+}
+
+/// Moves the head through link `p.hop`, arriving there at `head`, and on through the following
+/// links for as long as it reaches them at `head` with nothing pending there.
+fn walk(net: &mut Network, head: SimTime, path: &[LinkId], bytes: u64, mut p: Progress) -> Next {
+    loop {
+        let link = net.link_mut(path[p.hop as usize]);
+        let start = head.max(link.free_at);
+        let tail = (start + link.now.transfer_time(bytes)).max(p.tail);
+        link.free_at = tail;
+        p = Progress { hop: p.hop + 1, tail };
+        let Some(&next) = path.get(p.hop as usize) else { return Next::Deliver(tail) };
+        if start != head || net.pending(next) != 0 {
+            *net.pending_mut(next) += 1;
+            return Next::Hop(start, p);
+        }
     }
 }

@@ -116,7 +116,10 @@ pub struct Network {
     mode: NetMode,
     topology: Topology,
     latency: Vec<SimDuration>,
+    min_latency: SimDuration,
     links: Vec<Link>,
+    /// Heads scheduled to reach each link (events not yet processed).
+    pending: Vec<u32>,
     nodes: usize,
 }
 
@@ -157,7 +160,9 @@ impl Network {
             let racks = nodes.div_ceil(rack_size);
             links.extend((0..2 * racks).map(|_| Link { base: uplink, now: uplink, free_at: SimTime::ZERO }));
         }
-        Ok(Network { mode: cfg.mode, topology: cfg.topology.clone(), latency, links, nodes })
+        let min_latency = latency.iter().copied().min().unwrap_or(SimDuration::ZERO);
+        let pending = vec![0; links.len()];
+        Ok(Network { mode: cfg.mode, topology: cfg.topology.clone(), latency, min_latency, links, pending, nodes })
     }
 
     /// Number of nodes.
@@ -211,6 +216,15 @@ impl Network {
         }
     }
 
+    pub(crate) fn min_latency(&self) -> SimDuration {
+        self.min_latency
+    }
+    pub(crate) fn pending(&self, id: LinkId) -> u32 {
+        self.pending[id as usize]
+    }
+    pub(crate) fn pending_mut(&mut self, id: LinkId) -> &mut u32 {
+        &mut self.pending[id as usize]
+    }
     pub(crate) fn link_mut(&mut self, id: LinkId) -> &mut Link {
         &mut self.links[id as usize]
     }

@@ -1,0 +1,144 @@
+//! Fault tests for every algorithm: a crash, a crash and restart, a 10x straggler, a partition
+//! that heals. No run may deadlock; every run must reach its end, keep training after the fault
+//! and record what happened.
+
+mod common;
+use common::*;
+use dsgd_runtime::collectives::CollectiveKind;
+use dsgd_runtime::protocols::async_ps::PsConfig;
+use dsgd_runtime::protocols::easgd::EasgdConfig;
+use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMode};
+use dsgd_runtime::protocols::sync::SyncConfig;
+use dsgd_runtime::runner::AlgorithmConfig;
+use dsgd_runtime::sim_exec::{RunResult, StopReason};
+use dsgd_sim::{Fault, SimTime};
+
+const WORKERS: usize = 4;
+const END: f64 = 12.0;
+const TIMEOUT: f64 = 0.5;
+
+fn algorithms() -> Vec<AlgorithmConfig> {
+    let sync = SyncConfig { timeout_s: TIMEOUT, ..Default::default() };
+    vec![
+        AlgorithmConfig::Sync(sync),
+        AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::HalvingDoubling, ..sync }),
+        AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::Analytic, ..sync }),
+        AlgorithmConfig::Sync(SyncConfig { backup_workers: 1, ..sync }),
+        AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, ..Default::default() }),
+        AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, shards: 2, staleness_bound: Some(3) }),
+        AlgorithmConfig::Easgd(EasgdConfig { timeout_s: TIMEOUT, ..Default::default() }),
+        AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, ..Default::default() }),
+        AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, mode: GossipMode::Push, ..Default::default() }),
+    ]
+}
+
+fn secs(s: f64) -> SimTime {
+    SimTime::from_secs_f64(s)
+}
+
+fn run_with(alg: AlgorithmConfig, faults: Vec<Fault>, slow: Option<(usize, f64)>) -> RunResult {
+    let mut sim = cluster(5, 10, 20, 10.0);
+    sim.faults.schedule = faults;
+    if let Some((n, f)) = slow {
+        sim.compute.slow_nodes.insert(n, f);
+    }
+    let mut t = train(END);
+    t.optimizer.lr = 0.2;
+    t.eval_every_s = 0.25;
+    go(alg, WORKERS, &sim, quadratic(), t)
+}
+
+/// The checks every faulty run must pass.
+fn healthy(label: &str, r: &RunResult) {
+    assert_eq!(r.stop, StopReason::SimTime, "{label}: stopped early: {:?}", r.stop);
+    let s = &r.metrics.samples;
+    let at = |t: f64| s.iter().rev().find(|x| x.time_s <= t).expect("samples").updates;
+    let late = s.last().unwrap().updates - at(0.75 * END);
+    assert!(late > 0, "{label}: no updates in the last quarter (deadlock?)");
+    let (first, last) = (s[0].loss, s.last().unwrap().loss);
+    assert!(last.is_finite() && last < 0.5 * first, "{label}: loss {first} -> {last}");
+}
+
+fn noted(r: &RunResult, rank: usize, what: &str) -> bool {
+    r.metrics.notes.iter().any(|n| n.rank == rank && n.what.contains(what))
+}
+
+#[test]
+fn every_algorithm_survives_a_worker_crash() {
+    for alg in algorithms() {
+        let label = alg.label();
+        let r = run_with(alg, vec![Fault::Crash { node: 1, at: secs(3.0) }], None);
+        healthy(&label, &r);
+        assert!(noted(&r, 1, "crashed"), "{label}");
+        assert_eq!(r.samples_live_at_end(), WORKERS - 1 + servers(&alg), "{label}");
+        if let AlgorithmConfig::Sync(SyncConfig { backup_workers: 0, .. }) = alg {
+            assert!(
+                r.metrics.notes.iter().any(|n| n.what.contains("members [0, 2, 3]")),
+                "{label}: {:?}",
+                r.metrics.notes
+            );
+        }
+    }
+}
+
+#[test]
+fn every_algorithm_takes_a_restarted_worker_back() {
+    for alg in algorithms() {
+        let label = alg.label();
+        let faults = vec![Fault::Crash { node: 2, at: secs(3.0) }, Fault::Restart { node: 2, at: secs(5.0) }];
+        let r = run_with(alg, faults, None);
+        healthy(&label, &r);
+        assert!(noted(&r, 2, "crashed") && noted(&r, 2, "restarted"), "{label}");
+        if let AlgorithmConfig::Sync(_) = alg {
+            let last = r.metrics.notes.iter().rev().find(|n| n.what.contains("members")).unwrap();
+            assert!(last.what.contains("members [0, 1, 2, 3]"), "{label}: {last:?}");
+            assert_eq!(r.metrics.samples.last().unwrap().consensus_distance, 0.0, "{label}: replicas differ");
+        }
+    }
+}
+
+#[test]
+fn every_algorithm_tolerates_a_10x_straggler() {
+    for alg in algorithms() {
+        let label = alg.label();
+        let r = run_with(alg, vec![], Some((3, 10.0)));
+        healthy(&label, &r);
+        if let AlgorithmConfig::Sync(c) = alg {
+            let it = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
+            if c.backup_workers == 0 {
+                assert!(it > 0.09, "{label}: sync must wait for the straggler ({it})");
+            } else {
+                assert!(it < 0.02, "{label}: backup workers must not wait for it ({it})");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_algorithm_recovers_from_a_partition_that_heals() {
+    for alg in algorithms() {
+        let label = alg.label();
+        let part = Fault::Partition { from: secs(3.0), until: secs(5.0), groups: vec![vec![0, 1]] };
+        let r = run_with(alg, vec![part], None);
+        healthy(&label, &r);
+        assert!(r.stats.lost_partition > 0, "{label}: the partition cut nothing");
+        if let AlgorithmConfig::Sync(_) = alg {
+            let last = r.metrics.notes.iter().rev().find(|n| n.what.contains("members")).unwrap();
+            assert!(last.what.contains("members [0, 1, 2, 3]"), "{label}: not merged: {last:?}");
+            assert_eq!(r.metrics.samples.last().unwrap().consensus_distance, 0.0, "{label}: replicas differ");
+        }
+    }
+}
+
+fn servers(alg: &AlgorithmConfig) -> usize {
+    alg.ranks(WORKERS) - WORKERS
+}
+
+trait LiveAtEnd {
+    fn samples_live_at_end(&self) -> usize;
+}
+impl LiveAtEnd for RunResult {
+    fn samples_live_at_end(&self) -> usize {
+        self.metrics.samples.last().unwrap().live
+    }
+}
