@@ -94,9 +94,9 @@ mod tests {
                 *v += (*g as f64).powi(2) / n as f64;
             }
         }
-        for i in 0..4 {
-            let want = 2.0 * q.curvatures()[i] / 8.0;
-            assert!((var[i] / want - 1.0).abs() < 0.05, "coordinate {i}: {} vs {want}", var[i]);
+        for (i, (v, h)) in var.iter().zip(q.curvatures()).enumerate() {
+            let want = 2.0 * h / 8.0;
+            assert!((v / want - 1.0).abs() < 0.05, "coordinate {i}: {v} vs {want}");
         }
     }
 
