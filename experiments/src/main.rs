@@ -1,2 +1,209 @@
-//! The dsgd command line (to come).
-fn main() {}
+//! `dsgd`: run, sweep, replay and plot distributed-SGD experiments on a simulated cluster.
+
+use clap::{Parser, Subcommand};
+use dsgd_experiments::execute::{execute, write_run};
+use dsgd_experiments::load::{self, spec_from_file};
+use dsgd_experiments::output::{fresh_dir, write_atomic};
+use dsgd_experiments::sweep::{self, RunRecord};
+use dsgd_experiments::{plot, report};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The embedded default: a small comparison of every algorithm on the noisy quadratic.
+const DEFAULT_SWEEP: &str = include_str!("../specs/default_sweep.json");
+
+#[derive(Parser)]
+#[command(name = "dsgd", version, about = "How should distributed deep learning scale? A deterministic simulator of distributed SGD.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one spec; with no spec, run the embedded default comparison of all algorithms.
+    Run {
+        /// The spec (JSON). Omit it for the embedded default.
+        spec: Option<PathBuf>,
+        /// Output folder (default runs/<name>, or runs/<name>-2... if taken).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Override a field: --set network.latency_us=50 (repeatable; values are JSON).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+        /// Also write a Chrome trace (trace.json; open it in Perfetto).
+        #[arg(long)]
+        trace: bool,
+        /// Parallel runs for the default comparison (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Run a grid of specs in parallel; resumes where it stopped; aggregates over seeds.
+    Sweep {
+        /// The sweep file (JSON).
+        sweep: PathBuf,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Parallel runs (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Do not draw figures.
+        #[arg(long)]
+        no_plots: bool,
+    },
+    /// Re-run the resolved spec(s) in a run or sweep folder; exit 0 only if everything is identical.
+    Replay {
+        /// A run folder or a sweep folder.
+        dir: PathBuf,
+    },
+    /// Draw the figures of finished runs or sweeps.
+    Plot {
+        /// Run or sweep folders.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to put the figures (default: DIR/plots of the first folder).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { spec: Some(spec), out, sets, trace, jobs: _ } => run_one(&spec, out, &sets, trace),
+        Command::Run { spec: None, out, sets, trace: _, jobs } => run_default(out, &sets, jobs.unwrap_or_else(cores)),
+        Command::Sweep { sweep, out, jobs, no_plots } => run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots),
+        Command::Replay { dir } => replay(&dir),
+        Command::Plot { dirs, out } => plot_dirs(&dirs, out),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> Result<ExitCode, String> {
+    let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+    let dest = out.unwrap_or_else(|| fresh_dir(&Path::new("runs").join(&spec.name)));
+    if dest.exists() {
+        return Err(format!("{} already exists; choose another --out (nothing was run)", dest.display()));
+    }
+    let outcome = execute(&spec, trace)?;
+    let dir = write_run(&dest, &spec, &outcome)?;
+    let s = &outcome.summary;
+    println!("{} with {} nodes, seed {}: {}", s.algorithm, s.nodes, s.seed, s.stop_reason);
+    println!(
+        "  simulated {:.3} s in {:.2} s wall; {} updates ({:.1}/s); final loss {}; accuracy {}; time to target {}",
+        s.sim_time_s,
+        s.wall_time_s,
+        s.updates,
+        s.updates_per_s,
+        s.final_loss.map_or("-".into(), |l| format!("{l:.6}")),
+        s.final_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
+        s.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.3} s")),
+    );
+    println!("  digest {}  ({} events)", s.digest, s.events);
+    println!("  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}}}", dir.display(), if trace { ",trace.json" } else { "" });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
+    let runs = sweep::collect_runs(out)?;
+    let rows = sweep::aggregate(&runs);
+    write_atomic(&out.join("aggregate.csv"), sweep::aggregate_csv(&rows).as_bytes()).map_err(|e| e.to_string())?;
+    let table = report::table(&rows);
+    write_atomic(&out.join("report.md"), format!("# {}\n\n{table}", out.display()).as_bytes()).map_err(|e| e.to_string())?;
+    println!("{table}");
+    if draw {
+        let files = plot::all(&runs, &out.join("plots"))?;
+        println!("report: {}  figures: {}/ ({} files)", out.join("report.md").display(), out.join("plots").display(), files.len());
+    }
+    Ok(runs)
+}
+
+fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
+    println!("{} runs done now, {} already done earlier, {} failed", r.ran, r.skipped, r.failed.len());
+    for (i, e) in &r.failed {
+        eprintln!("run {i} failed: {e}");
+    }
+    if r.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool) -> Result<ExitCode, String> {
+    let (spec, points) = sweep::load(path).map_err(|e| e.to_string())?;
+    let report = sweep::run(&spec, &points, out, jobs, true)?;
+    let code = sweep_report(&report);
+    finish_sweep(out, draw)?;
+    Ok(code)
+}
+
+fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<ExitCode, String> {
+    let mut sweep_spec: sweep::SweepSpec = serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
+    for s in sets {
+        let (k, v) = load::parse_assignment(s)?;
+        load::set_path(&mut sweep_spec.base, &k, v)?;
+    }
+    let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
+    let out = out.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
+    println!("Comparing every algorithm on the noisy quadratic: {} runs, {jobs} at a time, into {}", points.len(), out.display());
+    let report = sweep::run(&sweep_spec, &points, &out, jobs, true)?;
+    let code = sweep_report(&report);
+    finish_sweep(&out, true)?;
+    Ok(code)
+}
+
+fn replay(dir: &Path) -> Result<ExitCode, String> {
+    let runs = sweep::collect_runs(dir)?;
+    let mut bad = 0;
+    for r in &runs {
+        let outcome = execute(&r.spec, false)?;
+        let strip = |s: &dsgd_experiments::output::Summary| {
+            let mut v = serde_json::to_value(s).expect("serialises");
+            v.as_object_mut().expect("object").remove("wall_time_s");
+            v
+        };
+        let same_summary = strip(&outcome.summary) == strip(&r.summary);
+        let csv = std::fs::read_to_string(r.dir.join("metrics.csv")).unwrap_or_default();
+        let same_metrics = csv == dsgd_experiments::output::metrics_csv(&outcome.result);
+        if outcome.summary.digest == r.summary.digest && same_summary && same_metrics {
+            println!("identical  {}  digest {}", r.dir.display(), r.summary.digest);
+        } else {
+            bad += 1;
+            println!(
+                "DIFFERENT  {}  digest {} -> {}{}{}",
+                r.dir.display(),
+                r.summary.digest,
+                outcome.summary.digest,
+                if same_summary { "" } else { "; summary differs" },
+                if same_metrics { "" } else { "; metrics.csv differs" }
+            );
+        }
+    }
+    println!("{} of {} runs replayed identically", runs.len() - bad, runs.len());
+    Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn plot_dirs(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<ExitCode, String> {
+    let mut runs = Vec::new();
+    for d in dirs {
+        runs.extend(sweep::collect_runs(d)?);
+    }
+    let out = out.unwrap_or_else(|| dirs[0].join("plots"));
+    let files = plot::all(&runs, &out)?;
+    for f in &files {
+        println!("{}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

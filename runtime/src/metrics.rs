@@ -2,7 +2,7 @@
 
 use crate::protocol::Phase;
 use dsgd_sim::{SimDuration, SimTime};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One evaluation of the model.
@@ -25,7 +25,7 @@ pub struct Sample {
 }
 
 /// How a node spent its time, in seconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeBreakdown {
     /// Running gradient computations.
     pub computing: f64,
@@ -38,7 +38,7 @@ pub struct TimeBreakdown {
 }
 
 /// Something that happened, for the run's record.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Note {
     /// When, seconds.
     pub time_s: f64,
@@ -48,10 +48,27 @@ pub struct Note {
     pub what: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+/// A node's state over an interval of time, for timelines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// A protocol phase.
     Phase(Phase),
+    /// Down.
     Crashed,
+}
+
+/// One interval of a node's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Interval {
+    /// The rank.
+    pub rank: usize,
+    /// What it was doing.
+    pub state: State,
+    /// Start, seconds.
+    pub from_s: f64,
+    /// End, seconds.
+    pub to_s: f64,
 }
 
 /// Per-node time accounting.
@@ -66,7 +83,13 @@ impl Clock {
     pub fn new() -> Self {
         Clock { state: State::Phase(Phase::Idle), since: SimTime::ZERO, times: TimeBreakdown::default() }
     }
-    pub fn switch(&mut self, now: SimTime, to: State) {
+    /// Switches state at `now`; the interval just ended goes to `timeline` if it starts before
+    /// `window`.
+    pub fn switch(&mut self, now: SimTime, to: State, rank: usize, window: SimTime, timeline: &mut Vec<Interval>) {
+        if self.since < window && now > self.since {
+            let to = now.min(window);
+            timeline.push(Interval { rank, state: self.state, from_s: self.since.as_secs_f64(), to_s: to.as_secs_f64() });
+        }
         let dt = (now - self.since).as_secs_f64();
         match self.state {
             State::Phase(Phase::Computing) => self.times.computing += dt,
@@ -96,6 +119,8 @@ pub struct Metrics {
     pub iterations: u64,
     /// Notes.
     pub notes: Vec<Note>,
+    /// What each node did over the first `timeline_s` seconds.
+    pub timeline: Vec<Interval>,
 }
 
 impl Metrics {

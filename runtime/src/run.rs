@@ -39,6 +39,8 @@ pub struct TrainConfig {
     pub eval_per_node: bool,
     /// When to stop.
     pub stop: StopRule,
+    /// Record each node's state intervals over the first this many seconds (default 5).
+    pub timeline_s: f64,
 }
 
 impl Default for TrainConfig {
@@ -49,6 +51,7 @@ impl Default for TrainConfig {
             eval_every_s: 1.0,
             eval_per_node: false,
             stop: StopRule::default(),
+            timeline_s: 5.0,
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct RunResult {
     pub time_to_target: Option<f64>,
     /// The consensus parameters at the end.
     pub final_params: Vec<f32>,
+    /// The engine's event trace, when tracing was on.
+    pub trace: Option<dsgd_sim::Trace>,
 }
 
 /// Drives a protocol on the simulator.
@@ -82,6 +84,7 @@ struct Ctx<'a, M> {
     proto_rng: &'a mut StreamRng,
     clock: &'a mut Clock,
     metrics: &'a mut Metrics,
+    window: SimTime,
 }
 
 impl<M> Context<M> for Ctx<'_, M> {
@@ -108,7 +111,7 @@ impl<M> Context<M> for Ctx<'_, M> {
         let seed = self.data_rng.next_u64();
         self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed });
         if self.clock.state != State::Phase(Phase::Computing) {
-            self.clock.switch(self.sim.now(), State::Phase(Phase::Computing));
+            self.clock.switch(self.sim.now(), State::Phase(Phase::Computing), self.rank, self.window, &mut self.metrics.timeline);
         }
         job
     }
@@ -117,7 +120,7 @@ impl<M> Context<M> for Ctx<'_, M> {
     }
     fn set_phase(&mut self, phase: Phase) {
         if self.clock.state != State::Phase(phase) {
-            self.clock.switch(self.sim.now(), State::Phase(phase));
+            self.clock.switch(self.sim.now(), State::Phase(phase), self.rank, self.window, &mut self.metrics.timeline);
         }
     }
     fn record_update(&mut self, staleness: u64) {
@@ -176,6 +179,7 @@ impl<P: Protocol> SimExecutor<P> {
             proto_rng: &mut self.proto_rngs[rank],
             clock: &mut self.clocks[rank],
             metrics: &mut self.metrics,
+            window: SimTime::from_secs_f64(self.train.timeline_s),
         };
         f(&mut self.roles[rank], &mut ctx);
     }
@@ -248,6 +252,11 @@ impl<P: Protocol> SimExecutor<P> {
         }
     }
 
+    fn switch(&mut self, rank: usize, now: SimTime, to: State) {
+        let window = SimTime::from_secs_f64(self.train.timeline_s);
+        self.clocks[rank].switch(now, to, rank, window, &mut self.metrics.timeline);
+    }
+
     fn dispatch(&mut self, now: SimTime, occ: Occurrence<P::Msg>) {
         match occ {
             Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
@@ -262,17 +271,17 @@ impl<P: Protocol> SimExecutor<P> {
                     self.workload.gradient(&params, GradRequest { worker: node, batch, seed }, &mut grad)
                 };
                 self.metrics.gradients += 1;
-                self.clocks[node].switch(now, State::Phase(Phase::Idle));
+                self.switch(node, now, State::Phase(Phase::Idle));
                 self.with_ctx(node, |p, c| p.on_gradient(c, job, grad, loss));
             }
             Occurrence::Crashed { node } => {
                 self.jobs.retain(|_, j| j.node != node);
-                self.clocks[node].switch(now, State::Crashed);
+                self.switch(node, now, State::Crashed);
                 self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "crashed".into() });
                 self.roles[node].on_crash();
             }
             Occurrence::Restarted { node } => {
-                self.clocks[node].switch(now, State::Phase(Phase::Idle));
+                self.switch(node, now, State::Phase(Phase::Idle));
                 self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "restarted".into() });
                 self.with_ctx(node, |p, c| {
                     p.on_restart(c);
@@ -339,9 +348,9 @@ impl<P: Protocol> SimExecutor<P> {
         self.metrics.samples.push(last);
         let (final_params, _, _) = self.consensus();
         self.sim.absorb_f32s(&final_params);
-        for c in &mut self.clocks {
-            let state = c.state;
-            c.switch(now, state);
+        for r in 0..self.clocks.len() {
+            let state = self.clocks[r].state;
+            self.switch(r, now, state);
         }
         RunResult {
             digest: self.sim.digest().value(),
@@ -351,6 +360,7 @@ impl<P: Protocol> SimExecutor<P> {
             times: self.clocks.iter().map(|c| c.times).collect(),
             time_to_target,
             final_params,
+            trace: self.sim.trace().cloned(),
             metrics: self.metrics,
         }
     }

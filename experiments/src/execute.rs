@@ -1,0 +1,60 @@
+//! Running one spec and writing its folder.
+
+use crate::output::{metrics_csv, timeline_csv, Staging, Summary};
+use crate::spec::Spec;
+use dsgd_runtime::runner;
+use dsgd_runtime::sim_exec::RunResult;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A finished run.
+pub struct Outcome {
+    /// What the engine and runtime returned.
+    pub result: RunResult,
+    /// The summary.
+    pub summary: Summary,
+}
+
+/// Runs a (validated) spec. The wall clock is read only to report `wall_time_s`.
+pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome, String> {
+    let mut r = spec.resolve().map_err(|e| e.to_string())?;
+    r.sim.trace = trace;
+    let started = Instant::now();
+    let result = runner::run(&r.algorithm, r.workers, &r.sim, r.workload, r.train).map_err(|e| e.to_string())?;
+    let wall = started.elapsed().as_secs_f64();
+    let summary = Summary::new(spec, &result, wall);
+    Ok(Outcome { result, summary })
+}
+
+/// Writes a run's folder atomically at `dest`.
+pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf, String> {
+    let io = |e: std::io::Error| format!("cannot write {}: {e}", dest.display());
+    let stage = Staging::new(dest).map_err(io)?;
+    let json = |v: &dyn erased::Json| v.pretty();
+    stage.write("spec.json", json(spec).as_bytes()).map_err(io)?;
+    stage.write("summary.json", json(&out.summary).as_bytes()).map_err(io)?;
+    stage.write("metrics.csv", metrics_csv(&out.result).as_bytes()).map_err(io)?;
+    stage.write("timeline.csv", timeline_csv(&out.result).as_bytes()).map_err(io)?;
+    if let Some(trace) = &out.result.trace {
+        let mut buf = Vec::new();
+        trace.write_chrome(spec.ranks(), &mut buf).map_err(|e| e.to_string())?;
+        stage.write("trace.json", &buf).map_err(io)?;
+    }
+    stage.commit().map_err(io)
+}
+
+/// Pretty JSON of anything serialisable, without generics at the call sites.
+pub mod erased {
+    /// Serialisable as pretty JSON.
+    pub trait Json {
+        /// The pretty JSON text, with a final newline.
+        fn pretty(&self) -> String;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn pretty(&self) -> String {
+            let mut s = serde_json::to_string_pretty(self).expect("plain data serialises");
+            s.push('\n');
+            s
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! `dsgd-experiments`: the `dsgd` command line's library: specs, runs, sweeps, replay, plots.
+
+pub mod execute;
+pub mod load;
+pub mod output;
+pub mod plot;
+pub mod report;
+pub mod spec;
+pub mod sweep;

@@ -1,0 +1,244 @@
+//! What a run writes: `spec.json` (resolved), `summary.json`, `metrics.csv`, `timeline.csv`, and
+//! with `--trace` a Chrome trace. Files are written to a temporary folder beside the target and
+//! renamed into place at the end, so a run folder is either complete or absent.
+
+use crate::spec::Spec;
+use dsgd_runtime::metrics::{Note, TimeBreakdown};
+use dsgd_runtime::sim_exec::{RunResult, StopReason};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Mean, median and 99th percentile of synchronous iteration times, seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IterationTimes {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Fault counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Crashes.
+    pub crashes: u64,
+    /// Restarts.
+    pub restarts: u64,
+    /// Messages lost because an end crashed.
+    pub lost_to_crashes: u64,
+    /// Messages lost to partitions.
+    pub lost_to_partitions: u64,
+    /// Messages lost at random.
+    pub lost_at_random: u64,
+}
+
+/// `summary.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The spec's name.
+    pub name: String,
+    /// Algorithm label.
+    pub algorithm: String,
+    /// Workers.
+    pub nodes: usize,
+    /// Seed.
+    pub seed: u64,
+    /// The run's digest (hex): events, evaluated losses and final parameters.
+    pub digest: String,
+    /// Events processed.
+    pub events: u64,
+    /// Simulated seconds at the end.
+    pub sim_time_s: f64,
+    /// Wall-clock seconds the simulation took (the only field that varies between replays).
+    pub wall_time_s: f64,
+    /// Why the run ended.
+    pub stop_reason: String,
+    /// Updates applied.
+    pub updates: u64,
+    /// Updates per simulated second.
+    pub updates_per_s: f64,
+    /// Gradients computed.
+    pub gradients: u64,
+    /// Synchronous iterations (sync only).
+    pub iterations: u64,
+    /// Iteration times (sync only).
+    pub iteration_time_s: Option<IterationTimes>,
+    /// Loss of the consensus model at the end.
+    pub final_loss: Option<f64>,
+    /// Its accuracy, for classifiers.
+    pub final_accuracy: Option<f64>,
+    /// Simulated time at which the target was reached.
+    pub time_to_target_s: Option<f64>,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Mean staleness of applied updates.
+    pub mean_staleness: f64,
+    /// Staleness -> count.
+    pub staleness_histogram: BTreeMap<u64, u64>,
+    /// Fault counters.
+    pub faults: FaultCounts,
+    /// What happened (crashes, restarts, timeouts, membership changes).
+    pub events_log: Vec<Note>,
+    /// Time breakdown per rank, seconds.
+    pub time_breakdown: Vec<TimeBreakdown>,
+    /// Final loss of each rank's replica (null for ranks without one).
+    pub final_node_losses: Vec<Option<f64>>,
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl Summary {
+    /// Builds the summary of a finished run.
+    pub fn new(spec: &Spec, r: &RunResult, wall_time_s: f64) -> Self {
+        let last = r.metrics.samples.last();
+        let mut its: Vec<f64> = r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()).collect();
+        its.sort_by(f64::total_cmp);
+        let iteration_time_s = (!its.is_empty()).then(|| IterationTimes {
+            mean: its.iter().sum::<f64>() / its.len() as f64,
+            p50: percentile(&its, 0.5),
+            p99: percentile(&its, 0.99),
+        });
+        let sim_time_s = r.sim_time.as_secs_f64();
+        Summary {
+            name: spec.name.clone(),
+            algorithm: spec.algorithm.label(),
+            nodes: spec.nodes,
+            seed: spec.seed,
+            digest: format!("{:016x}", r.digest),
+            events: r.stats.events,
+            sim_time_s,
+            wall_time_s,
+            stop_reason: match r.stop {
+                StopReason::SimTime => "sim_time",
+                StopReason::Iterations => "iterations",
+                StopReason::Updates => "updates",
+                StopReason::Target => "target",
+                StopReason::Quiescent => "quiescent",
+            }
+            .into(),
+            updates: r.metrics.updates,
+            updates_per_s: if sim_time_s > 0.0 { r.metrics.updates as f64 / sim_time_s } else { 0.0 },
+            gradients: r.metrics.gradients,
+            iterations: r.metrics.iterations,
+            iteration_time_s,
+            final_loss: last.and_then(|s| finite(s.loss)),
+            final_accuracy: last.and_then(|s| s.accuracy),
+            time_to_target_s: r.time_to_target,
+            bytes_sent: r.stats.bytes_sent,
+            messages_sent: r.stats.messages_sent,
+            mean_staleness: r.metrics.mean_staleness(),
+            staleness_histogram: r.metrics.staleness.clone(),
+            faults: FaultCounts {
+                crashes: r.stats.crashes,
+                restarts: r.stats.restarts,
+                lost_to_crashes: r.stats.lost_crash,
+                lost_to_partitions: r.stats.lost_partition,
+                lost_at_random: r.stats.lost_random,
+            },
+            events_log: r.metrics.notes.clone(),
+            time_breakdown: r.times.clone(),
+            final_node_losses: last.map(|s| s.node_losses.iter().map(|l| l.and_then(finite)).collect()).unwrap_or_default(),
+        }
+    }
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or(String::new(), |v| format!("{v}"))
+}
+
+/// `metrics.csv`: one row per evaluation.
+pub fn metrics_csv(r: &RunResult) -> String {
+    let mut s = String::from("time_s,loss,accuracy,consensus_distance,updates,live\n");
+    for m in &r.metrics.samples {
+        let _ = writeln!(s, "{},{},{},{},{},{}", m.time_s, opt(finite(m.loss)), opt(m.accuracy), m.consensus_distance, m.updates, m.live);
+    }
+    s
+}
+
+/// `timeline.csv`: what each rank did over the timeline window.
+pub fn timeline_csv(r: &RunResult) -> String {
+    let mut s = String::from("rank,state,from_s,to_s\n");
+    for i in &r.metrics.timeline {
+        let state = match i.state {
+            dsgd_runtime::metrics::State::Phase(p) => format!("{p:?}").to_lowercase(),
+            dsgd_runtime::metrics::State::Crashed => "crashed".into(),
+        };
+        let _ = writeln!(s, "{},{},{},{}", i.rank, state, i.from_s, i.to_s);
+    }
+    s
+}
+
+/// Writes `bytes` to `path` atomically (a temporary file in the same folder, then a rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// A folder being written: files go to a hidden sibling, renamed to `dest` by [`Staging::commit`];
+/// dropped without committing, it is removed.
+pub struct Staging {
+    tmp: PathBuf,
+    dest: PathBuf,
+    done: bool,
+}
+
+impl Staging {
+    /// Starts writing what will become `dest` (whose parent is created if missing).
+    pub fn new(dest: &Path) -> std::io::Result<Self> {
+        let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent)?;
+        let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or("run");
+        let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        Ok(Staging { tmp, dest: dest.to_path_buf(), done: false })
+    }
+    /// Writes one file into the staging folder.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::write(self.tmp.join(name), bytes)
+    }
+    /// Moves the folder into place.
+    pub fn commit(mut self) -> std::io::Result<PathBuf> {
+        std::fs::rename(&self.tmp, &self.dest)?;
+        self.done = true;
+        Ok(self.dest.clone())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// `base`, or `base-2`, `base-3`... whichever does not exist yet.
+pub fn fresh_dir(base: &Path) -> PathBuf {
+    if !base.exists() {
+        return base.to_path_buf();
+    }
+    (2..).map(|k| PathBuf::from(format!("{}-{k}", base.display()))).find(|p| !p.exists()).expect("some suffix is free")
+}
