@@ -37,7 +37,8 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
             Value::Array(items) => {
                 let len = items.len();
                 let k: usize = part.parse().map_err(|_| format!("`{path}`: `{part}` is not an index into a list"))?;
-                let slot = items.get_mut(k).ok_or_else(|| format!("`{path}`: index {k} is past the end ({len} items)"))?;
+                let slot =
+                    items.get_mut(k).ok_or_else(|| format!("`{path}`: index {k} is past the end ({len} items)"))?;
                 if last {
                     *slot = value;
                     return Ok(());
@@ -66,7 +67,8 @@ pub fn parse_assignment(s: &str) -> Result<(String, Value), String> {
 
 /// Builds a validated spec from JSON text plus overrides.
 pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<Spec, SpecError> {
-    let mut value: Value = serde_json::from_str(text).map_err(|e| SpecError::new(source_name, format!("not valid JSON: {e}")))?;
+    let mut value: Value =
+        serde_json::from_str(text).map_err(|e| SpecError::new(source_name, format!("not valid JSON: {e}")))?;
     if !value.is_object() {
         return Err(SpecError::new(source_name, "a spec must be a JSON object"));
     }
@@ -89,7 +91,8 @@ pub fn spec_from_value(source_name: &str, value: Value) -> Result<Spec, SpecErro
             SpecError::new(source_name, format!("field `{path}`: {inner}"))
         }
     })?;
-    spec.validate().map_err(|FieldError { field, problem }| SpecError::new(source_name, format!("field `{field}`: {problem}")))?;
+    spec.validate()
+        .map_err(|FieldError { field, problem }| SpecError::new(source_name, format!("field `{field}`: {problem}")))?;
     Ok(spec)
 }
 

@@ -13,7 +13,11 @@ use std::process::ExitCode;
 const DEFAULT_SWEEP: &str = include_str!("../specs/default_sweep.json");
 
 #[derive(Parser)]
-#[command(name = "dsgd", version, about = "How should distributed deep learning scale? A deterministic simulator of distributed SGD.")]
+#[command(
+    name = "dsgd",
+    version,
+    about = "How should distributed deep learning scale? A deterministic simulator of distributed SGD."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -111,7 +115,11 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
         s.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.3} s")),
     );
     println!("  digest {}  ({} events)", s.digest, s.events);
-    println!("  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}}}", dir.display(), if trace { ",trace.json" } else { "" });
+    println!(
+        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}}}",
+        dir.display(),
+        if trace { ",trace.json" } else { "" }
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -120,11 +128,17 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
     let rows = sweep::aggregate(&runs);
     write_atomic(&out.join("aggregate.csv"), sweep::aggregate_csv(&rows).as_bytes()).map_err(|e| e.to_string())?;
     let table = report::table(&rows);
-    write_atomic(&out.join("report.md"), format!("# {}\n\n{table}", out.display()).as_bytes()).map_err(|e| e.to_string())?;
+    write_atomic(&out.join("report.md"), format!("# {}\n\n{table}", out.display()).as_bytes())
+        .map_err(|e| e.to_string())?;
     println!("{table}");
     if draw {
         let files = plot::all(&runs, &out.join("plots"))?;
-        println!("report: {}  figures: {}/ ({} files)", out.join("report.md").display(), out.join("plots").display(), files.len());
+        println!(
+            "report: {}  figures: {}/ ({} files)",
+            out.join("report.md").display(),
+            out.join("plots").display(),
+            files.len()
+        );
     }
     Ok(runs)
 }
@@ -150,14 +164,19 @@ fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool) -> Result<ExitCod
 }
 
 fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<ExitCode, String> {
-    let mut sweep_spec: sweep::SweepSpec = serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
+    let mut sweep_spec: sweep::SweepSpec =
+        serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
     for s in sets {
         let (k, v) = load::parse_assignment(s)?;
         load::set_path(&mut sweep_spec.base, &k, v)?;
     }
     let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
     let out = out.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
-    println!("Comparing every algorithm on the noisy quadratic: {} runs, {jobs} at a time, into {}", points.len(), out.display());
+    println!(
+        "Comparing every algorithm on the noisy quadratic: {} runs, {jobs} at a time, into {}",
+        points.len(),
+        out.display()
+    );
     let report = sweep::run(&sweep_spec, &points, &out, jobs, true)?;
     let code = sweep_report(&report);
     finish_sweep(&out, true)?;

@@ -151,7 +151,9 @@ impl Summary {
             },
             events_log: r.metrics.notes.clone(),
             time_breakdown: r.times.clone(),
-            final_node_losses: last.map(|s| s.node_losses.iter().map(|l| l.and_then(finite)).collect()).unwrap_or_default(),
+            final_node_losses: last
+                .map(|s| s.node_losses.iter().map(|l| l.and_then(finite)).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -164,7 +166,16 @@ fn opt(x: Option<f64>) -> String {
 pub fn metrics_csv(r: &RunResult) -> String {
     let mut s = String::from("time_s,loss,accuracy,consensus_distance,updates,live\n");
     for m in &r.metrics.samples {
-        let _ = writeln!(s, "{},{},{},{},{},{}", m.time_s, opt(finite(m.loss)), opt(m.accuracy), m.consensus_distance, m.updates, m.live);
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{}",
+            m.time_s,
+            opt(finite(m.loss)),
+            opt(m.accuracy),
+            m.consensus_distance,
+            m.updates,
+            m.live
+        );
     }
     s
 }
@@ -185,7 +196,8 @@ pub fn timeline_csv(r: &RunResult) -> String {
 /// Writes `bytes` to `path` atomically (a temporary file in the same folder, then a rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
+    let tmp =
+        dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

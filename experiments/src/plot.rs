@@ -108,13 +108,22 @@ fn bounds(panels: &[Panel], x: Axis, y: Axis, cap: f64) -> Option<((f64, f64), (
     Some((pad(x0, x1), pad(y0, y1)))
 }
 
-fn draw_lines<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, title: &str, panels: &[Panel], x: Axis, y: Axis) -> Result<(), String> {
+fn draw_lines<DB: DrawingBackend>(
+    area: DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[Panel],
+    x: Axis,
+    y: Axis,
+) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
     // Over-time charts are capped at 10x the largest starting value, so one diverging run does
     // not flatten the others.
     let cap = if x.desc.contains("time") {
-        10.0 * panels.iter().flat_map(|p| p.series.iter().filter_map(|s| s.points.first().map(|q| q.1))).fold(0.0, f64::max)
+        10.0 * panels
+            .iter()
+            .flat_map(|p| p.series.iter().filter_map(|s| s.points.first().map(|q| q.1)))
+            .fold(0.0, f64::max)
     } else {
         f64::INFINITY
     };
@@ -142,8 +151,12 @@ fn draw_lines<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, title: &str, pan
             .map_err(e)?;
         for s in &panel.series {
             let color = PALETTE[s.color % PALETTE.len()];
-            let pts: Vec<(f64, f64)> =
-                s.points.iter().filter(|p| p.1 <= cap).filter_map(|&(a, b)| Some((tr(a, x.log)?, tr(b, y.log)?))).collect();
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| p.1 <= cap)
+                .filter_map(|&(a, b)| Some((tr(a, x.log)?, tr(b, y.log)?)))
+                .collect();
             let style = ShapeStyle::from(&color).stroke_width(2);
             chart
                 .draw_series(LineSeries::new(pts.clone(), style))
@@ -167,17 +180,17 @@ fn draw_lines<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, title: &str, pan
 }
 
 /// Renders `draw` to `stem.png` and `stem.svg`, each atomically.
-fn both_formats(stem: &Path, size: (u32, u32), draw: &dyn Fn(Target) -> Result<(), String>) -> Result<Vec<PathBuf>, String> {
+fn both_formats(
+    stem: &Path,
+    size: (u32, u32),
+    draw: &dyn Fn(Target) -> Result<(), String>,
+) -> Result<Vec<PathBuf>, String> {
     register_font();
     let mut out = Vec::new();
     for ext in ["png", "svg"] {
         let dest = stem.with_extension(ext);
         let tmp = stem.with_extension(format!("tmp-{}.{ext}", std::process::id()));
-        let res = if ext == "png" {
-            draw(Target::Png(&tmp, size))
-        } else {
-            draw(Target::Svg(&tmp, size))
-        };
+        let res = if ext == "png" { draw(Target::Png(&tmp, size)) } else { draw(Target::Svg(&tmp, size)) };
         if let Err(err) = res {
             let _ = std::fs::remove_file(&tmp);
             return Err(format!("{}: {err}", dest.display()));
@@ -258,7 +271,10 @@ fn over_time(runs: &[RunRecord], column: &str) -> Vec<Panel> {
     by.into_iter()
         .map(|(nodes, algs)| Panel {
             title: format!("{nodes} node{}", if nodes == 1 { "" } else { "s" }),
-            series: algs.into_iter().map(|(a, s)| Series { color: color[&a], label: a, points: mean_series(&s) }).collect(),
+            series: algs
+                .into_iter()
+                .map(|(a, s)| Series { color: color[&a], label: a, points: mean_series(&s) })
+                .collect(),
         })
         .collect()
 }
@@ -290,8 +306,15 @@ fn scaling(runs: &[RunRecord], f: &dyn Fn(&RunRecord) -> Option<f64>) -> Vec<Pan
 fn draw_timeline<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[(String, PathBuf)]) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
-    let area = area.titled("What each node does over time", ("sans-serif", 24).into_font().style(FontStyle::Bold)).map_err(e)?;
-    let states = [("computing", PALETTE[0]), ("communicating", PALETTE[1]), ("idle", RGBColor(200, 200, 200)), ("crashed", PALETTE[3])];
+    let area = area
+        .titled("What each node does over time", ("sans-serif", 24).into_font().style(FontStyle::Bold))
+        .map_err(e)?;
+    let states = [
+        ("computing", PALETTE[0]),
+        ("communicating", PALETTE[1]),
+        ("idle", RGBColor(200, 200, 200)),
+        ("crashed", PALETTE[3]),
+    ];
     for (cell, (label, dir)) in area.split_evenly((runs.len().max(1), 1)).into_iter().zip(runs) {
         let text = std::fs::read_to_string(dir.join("timeline.csv")).unwrap_or_default();
         let rows: Vec<(usize, String, f64, f64)> = text
@@ -299,7 +322,12 @@ fn draw_timeline<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[(Stri
             .skip(1)
             .filter_map(|l| {
                 let f: Vec<&str> = l.split(',').collect();
-                Some((f.first()?.parse().ok()?, f.get(1)?.to_string(), f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+                Some((
+                    f.first()?.parse().ok()?,
+                    f.get(1)?.to_string(),
+                    f.get(2)?.parse().ok()?,
+                    f.get(3)?.parse().ok()?,
+                ))
             })
             .collect();
         let ranks = rows.iter().map(|r| r.0 + 1).max().unwrap_or(1);
@@ -322,9 +350,11 @@ fn draw_timeline<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[(Stri
             .map_err(e)?;
         for (name, color) in states {
             chart
-                .draw_series(rows.iter().filter(|r| r.1 == name).map(|r| {
-                    Rectangle::new([(r.2, r.0 as f64 + 0.1), (r.3, r.0 as f64 + 0.9)], color.filled())
-                }))
+                .draw_series(
+                    rows.iter()
+                        .filter(|r| r.1 == name)
+                        .map(|r| Rectangle::new([(r.2, r.0 as f64 + 0.1), (r.3, r.0 as f64 + 0.9)], color.filled())),
+                )
                 .map_err(e)?
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
@@ -341,10 +371,15 @@ fn draw_timeline<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[(Stri
     area.present().map_err(e)
 }
 
-fn draw_staleness<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, hists: &[(String, Vec<(u64, f64)>)]) -> Result<(), String> {
+fn draw_staleness<DB: DrawingBackend>(
+    area: DrawingArea<DB, Shift>,
+    hists: &[(String, Vec<(u64, f64)>)],
+) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
-    let area = area.titled("Staleness of applied updates", ("sans-serif", 24).into_font().style(FontStyle::Bold)).map_err(e)?;
+    let area = area
+        .titled("Staleness of applied updates", ("sans-serif", 24).into_font().style(FontStyle::Bold))
+        .map_err(e)?;
     let cols = hists.len().clamp(1, 3);
     for (cell, (label, h)) in area.split_evenly((hists.len().div_ceil(cols).max(1), cols)).into_iter().zip(hists) {
         let xmax = h.iter().map(|b| b.0).max().unwrap_or(0) as f64 + 1.0;
@@ -356,9 +391,18 @@ fn draw_staleness<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, hists: &[(St
             .y_label_area_size(56)
             .build_cartesian_2d(-0.5..xmax, 0.0..ymax)
             .map_err(e)?;
-        chart.configure_mesh().x_desc("staleness (versions)").y_desc("fraction of updates").label_style(("sans-serif", 12)).draw().map_err(e)?;
         chart
-            .draw_series(h.iter().map(|&(s, f)| Rectangle::new([(s as f64 - 0.4, 0.0), (s as f64 + 0.4, f)], PALETTE[0].filled())))
+            .configure_mesh()
+            .x_desc("staleness (versions)")
+            .y_desc("fraction of updates")
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(e)?;
+        chart
+            .draw_series(
+                h.iter()
+                    .map(|&(s, f)| Rectangle::new([(s as f64 - 0.4, 0.0), (s as f64 + 0.4, f)], PALETTE[0].filled())),
+            )
             .map_err(e)?;
     }
     area.present().map_err(e)
@@ -372,28 +416,60 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     let n = Axis { desc: "nodes", log: true };
     let loss = over_time(runs, "loss");
     if !loss.is_empty() {
-        files.extend(line_chart(&out.join("loss_vs_time"), "Loss of the consensus model", &loss, t, Axis { desc: "loss", log: true })?);
+        files.extend(line_chart(
+            &out.join("loss_vs_time"),
+            "Loss of the consensus model",
+            &loss,
+            t,
+            Axis { desc: "loss", log: true },
+        )?);
     }
     let acc = over_time(runs, "accuracy");
     if !acc.is_empty() {
-        files.extend(line_chart(&out.join("accuracy_vs_time"), "Accuracy of the consensus model", &acc, t, Axis { desc: "accuracy", log: false })?);
+        files.extend(line_chart(
+            &out.join("accuracy_vs_time"),
+            "Accuracy of the consensus model",
+            &acc,
+            t,
+            Axis { desc: "accuracy", log: false },
+        )?);
     }
     let dist = over_time(runs, "consensus_distance");
     if dist.iter().any(|p| p.series.iter().any(|s| s.points.iter().any(|q| q.1 > 0.0))) {
-        files.extend(line_chart(&out.join("consensus_distance"), "Mean squared distance of replicas from their average", &dist, t, Axis { desc: "distance²", log: true })?);
+        files.extend(line_chart(
+            &out.join("consensus_distance"),
+            "Mean squared distance of replicas from their average",
+            &dist,
+            t,
+            Axis { desc: "distance²", log: true },
+        )?);
     }
     let ttt = scaling(runs, &|r| r.summary.time_to_target_s);
     if !ttt.is_empty() {
-        files.extend(line_chart(&out.join("time_to_target_vs_nodes"), "Time to reach the target (lower is better)", &ttt, n, Axis { desc: "simulated seconds", log: true })?);
+        files.extend(line_chart(
+            &out.join("time_to_target_vs_nodes"),
+            "Time to reach the target (lower is better)",
+            &ttt,
+            n,
+            Axis { desc: "simulated seconds", log: true },
+        )?);
     }
     let thr = scaling(runs, &|r| Some(r.summary.updates_per_s).filter(|&u| u > 0.0));
     if !thr.is_empty() {
-        files.extend(line_chart(&out.join("throughput_vs_nodes"), "Model updates per simulated second", &thr, n, Axis { desc: "updates / s", log: true })?);
+        files.extend(line_chart(
+            &out.join("throughput_vs_nodes"),
+            "Model updates per simulated second",
+            &thr,
+            n,
+            Axis { desc: "updates / s", log: true },
+        )?);
     }
     // One timeline per algorithm: its run with the most nodes up to 16, first seed.
     let mut pick: BTreeMap<String, &RunRecord> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.spec.nodes <= 16) {
-        let better = |old: &&RunRecord| (r.spec.nodes, std::cmp::Reverse(r.spec.seed)) > (old.spec.nodes, std::cmp::Reverse(old.spec.seed));
+        let better = |old: &&RunRecord| {
+            (r.spec.nodes, std::cmp::Reverse(r.spec.seed)) > (old.spec.nodes, std::cmp::Reverse(old.spec.seed))
+        };
         if pick.get(&r.summary.algorithm).is_none_or(better) {
             pick.insert(r.summary.algorithm.clone(), r);
         }

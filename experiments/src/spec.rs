@@ -438,7 +438,8 @@ impl Spec {
             return Ok(());
         }
         let servers = ranks - self.nodes;
-        let extra = if servers > 0 { format!(" ({} workers, then {servers} server ranks)", self.nodes) } else { String::new() };
+        let extra =
+            if servers > 0 { format!(" ({} workers, then {servers} server ranks)", self.nodes) } else { String::new() };
         bad(field, format!("names rank {n}, but the run has ranks 0..{ranks}{extra}"))
     }
 
@@ -658,7 +659,9 @@ impl Spec {
         }
         let workload: Arc<dyn Workload> = match self.workload {
             WorkloadSpec::Timing { params } => Arc::new(Timing::new(params)),
-            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0 } => Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0)),
+            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0 } => {
+                Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0))
+            }
             WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed } => {
                 Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed }))
             }

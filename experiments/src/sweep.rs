@@ -55,15 +55,18 @@ pub fn load(path: &Path) -> Result<(SweepSpec, Vec<Point>), SpecError> {
     let name = path.display().to_string();
     let err = |m: String| SpecError { source_name: name.clone(), message: m };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-    let sweep: SweepSpec = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| {
-        let p = e.path().to_string();
-        err(format!("field `{p}`: {}", e.into_inner()))
-    })?;
+    let sweep: SweepSpec =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| {
+            let p = e.path().to_string();
+            err(format!("field `{p}`: {}", e.into_inner()))
+        })?;
     let base = match (&sweep.base, &sweep.base_file) {
         (Value::Null, Some(f)) => {
             let file = path.parent().unwrap_or(Path::new(".")).join(f);
-            let t = std::fs::read_to_string(&file).map_err(|e| err(format!("field `base_file`: cannot read {}: {e}", file.display())))?;
-            serde_json::from_str(&t).map_err(|e| err(format!("field `base_file`: {} is not valid JSON: {e}", file.display())))?
+            let t = std::fs::read_to_string(&file)
+                .map_err(|e| err(format!("field `base_file`: cannot read {}: {e}", file.display())))?;
+            serde_json::from_str(&t)
+                .map_err(|e| err(format!("field `base_file`: {} is not valid JSON: {e}", file.display())))?
         }
         (Value::Null, None) => Value::Object(Default::default()),
         (v @ Value::Object(_), None) => v.clone(),
@@ -92,7 +95,8 @@ pub fn expand(source: &str, base: &Value, grid: &BTreeMap<String, Vec<Value>>) -
         assignment.reverse();
         let mut v = base.clone();
         for (k, val) in &assignment {
-            set_path(&mut v, k, val.clone()).map_err(|e| SpecError { source_name: source.into(), message: format!("grid: {e}") })?;
+            set_path(&mut v, k, val.clone())
+                .map_err(|e| SpecError { source_name: source.into(), message: format!("grid: {e}") })?;
         }
         let label = format!("{source} (point {index}: {})", describe(&assignment));
         let spec = spec_from_value(&label, v)?;
@@ -137,19 +141,28 @@ fn clean_partials(runs: &Path) -> std::io::Result<()> {
 }
 
 /// Runs every point that has no finished folder under `out/runs`, `jobs` at a time.
-pub fn run(sweep: &SweepSpec, points: &[Point], out: &Path, jobs: usize, progress: bool) -> Result<SweepReport, String> {
+pub fn run(
+    sweep: &SweepSpec,
+    points: &[Point],
+    out: &Path,
+    jobs: usize,
+    progress: bool,
+) -> Result<SweepReport, String> {
     let runs = out.join("runs");
     std::fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
     clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))?;
     let mut resolved = sweep.clone();
     resolved.base_file = None;
-    write_atomic(&out.join("sweep.json"), crate::execute::erased::Json::pretty(&resolved).as_bytes()).map_err(|e| e.to_string())?;
+    write_atomic(&out.join("sweep.json"), crate::execute::erased::Json::pretty(&resolved).as_bytes())
+        .map_err(|e| e.to_string())?;
     let todo: Vec<&Point> = points.iter().filter(|p| !runs.join(p.dir_name()).join("summary.json").exists()).collect();
     let skipped = points.len() - todo.len();
     let bar = if progress { ProgressBar::new(points.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  elapsed {elapsed_precise}  left ~{eta_precise}  {msg}")
-            .expect("valid template"),
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} runs  elapsed {elapsed_precise}  left ~{eta_precise}  {msg}",
+        )
+        .expect("valid template"),
     );
     bar.set_position(skipped as u64);
     let next = AtomicUsize::new(0);
@@ -190,7 +203,8 @@ pub fn read_run(dir: &Path) -> Result<RunRecord, String> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
     let spec = crate::load::spec_from_str(&dir.join("spec.json").display().to_string(), &read("spec.json")?, &[])
         .map_err(|e| e.to_string())?;
-    let summary: Summary = serde_json::from_str(&read("summary.json")?).map_err(|e| format!("{}: {e}", dir.join("summary.json").display()))?;
+    let summary: Summary = serde_json::from_str(&read("summary.json")?)
+        .map_err(|e| format!("{}: {e}", dir.join("summary.json").display()))?;
     Ok(RunRecord { dir: dir.to_path_buf(), spec, summary })
 }
 
@@ -268,7 +282,9 @@ pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
     groups
         .into_iter()
         .map(|((algorithm, nodes, rest), rs)| {
-            let f = |g: &dyn Fn(&Summary) -> Option<f64>| mean_ci(&rs.iter().filter_map(|r| g(&r.summary)).collect::<Vec<_>>());
+            let f = |g: &dyn Fn(&Summary) -> Option<f64>| {
+                mean_ci(&rs.iter().filter_map(|r| g(&r.summary)).collect::<Vec<_>>())
+            };
             let reached = rs.iter().filter(|r| r.summary.time_to_target_s.is_some()).count();
             AggregateRow {
                 algorithm,

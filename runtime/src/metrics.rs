@@ -88,7 +88,12 @@ impl Clock {
     pub fn switch(&mut self, now: SimTime, to: State, rank: usize, window: SimTime, timeline: &mut Vec<Interval>) {
         if self.since < window && now > self.since {
             let to = now.min(window);
-            timeline.push(Interval { rank, state: self.state, from_s: self.since.as_secs_f64(), to_s: to.as_secs_f64() });
+            timeline.push(Interval {
+                rank,
+                state: self.state,
+                from_s: self.since.as_secs_f64(),
+                to_s: to.as_secs_f64(),
+            });
         }
         let dt = (now - self.since).as_secs_f64();
         match self.state {

@@ -111,7 +111,13 @@ impl<M> Context<M> for Ctx<'_, M> {
         let seed = self.data_rng.next_u64();
         self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed });
         if self.clock.state != State::Phase(Phase::Computing) {
-            self.clock.switch(self.sim.now(), State::Phase(Phase::Computing), self.rank, self.window, &mut self.metrics.timeline);
+            self.clock.switch(
+                self.sim.now(),
+                State::Phase(Phase::Computing),
+                self.rank,
+                self.window,
+                &mut self.metrics.timeline,
+            );
         }
         job
     }

@@ -142,3 +142,33 @@ impl LiveAtEnd for RunResult {
         self.metrics.samples.last().unwrap().live
     }
 }
+
+#[test]
+fn every_algorithm_survives_a_storm_of_faults() {
+    // Eight workers: a crash and restart, a partition that splits the cluster in two groups of
+    // equal size (which then form memberships with the same epoch number), message loss and a
+    // degraded NIC, one after another.
+    for alg in algorithms() {
+        let label = alg.label();
+        let mut sim = cluster(9, 10, 20, 10.0);
+        sim.faults.schedule = vec![
+            Fault::Crash { node: 3, at: secs(2.0) },
+            Fault::Restart { node: 3, at: secs(5.0) },
+            Fault::Partition { from: secs(7.0), until: secs(8.0), groups: vec![vec![0, 1, 2, 3]] },
+            Fault::MessageLoss { from: secs(9.0), until: secs(10.0), probability: 0.01 },
+            Fault::NicDegrade { node: 5, from: secs(11.0), until: secs(12.0), factor: 0.1 },
+        ];
+        let mut t = train(16.0);
+        t.optimizer.lr = 0.2;
+        t.eval_every_s = 0.25;
+        let r = go(alg, 8, &sim, quadratic(), t);
+        assert_eq!(r.stop, StopReason::SimTime, "{label}");
+        let s = &r.metrics.samples;
+        let at = |t: f64| s.iter().rev().find(|x| x.time_s <= t).expect("samples").updates;
+        assert!(s.last().unwrap().updates > at(13.0), "{label}: no progress after the storm");
+        assert!(s.last().unwrap().loss < 0.5 * s[0].loss, "{label}: {} -> {}", s[0].loss, s.last().unwrap().loss);
+        if let AlgorithmConfig::Sync(_) = alg {
+            assert_eq!(s.last().unwrap().consensus_distance, 0.0, "{label}: replicas differ");
+        }
+    }
+}

@@ -49,8 +49,8 @@ impl Default for SyncConfig {
 pub enum SyncMsg {
     /// One round of a message-level collective.
     Chunk {
-        /// Membership epoch.
-        epoch: u32,
+        /// Membership view (see [`view_id`]).
+        view: u64,
         /// Iteration.
         iter: u64,
         /// Round of the collective.
@@ -60,8 +60,8 @@ pub enum SyncMsg {
     },
     /// A gradient for the analytic all-reduce or for the backup-worker aggregator.
     Grad {
-        /// Membership epoch.
-        epoch: u32,
+        /// Membership view (see [`view_id`]).
+        view: u64,
         /// Iteration.
         iter: u64,
         /// When the sender's gradient was ready.
@@ -71,8 +71,8 @@ pub enum SyncMsg {
     },
     /// New parameters from the backup-worker aggregator; `iter` iterations are now done.
     Params {
-        /// Membership epoch.
-        epoch: u32,
+        /// Membership view (see [`view_id`]).
+        view: u64,
         /// Completed iterations.
         iter: u64,
         /// Values.
@@ -110,6 +110,14 @@ pub struct StateMsg {
     pub steps: u64,
 }
 
+/// A membership view: the epoch number in the high 32 bits and a hash of the member list in the
+/// low 32, so two groups that formed the same epoch number apart (on the two sides of a
+/// partition) never take each other's messages for their own.
+pub fn view_id(epoch: u32, members: &[usize]) -> u64 {
+    let bytes: Vec<u8> = members.iter().flat_map(|m| (*m as u64).to_le_bytes()).collect();
+    (epoch as u64) << 32 | (dsgd_sim::rng::fnv1a64(&bytes) & 0xFFFF_FFFF)
+}
+
 const WATCHDOG: u64 = 1;
 const PROBE_END: u64 = 2;
 const ANALYTIC_DONE: u64 = 3;
@@ -133,18 +141,19 @@ pub struct SyncWorker {
     opt: Sgd,
     members: Vec<usize>,
     epoch: u32,
+    view: u64,
     done: u64,
     grad: Option<Vec<f32>>,
     job: Option<JobId>,
     run: Option<Run>,
     reducing: bool,
-    chunks: BTreeMap<(u32, u64, u32), Vec<f32>>,
-    grads: BTreeMap<(u32, u64), Vec<Contribution>>,
+    chunks: BTreeMap<(u64, u64, u32), Vec<f32>>,
+    grads: BTreeMap<(u64, u64), Vec<Contribution>>,
     iter_start: SimTime,
     gen: u64,
     watchdog_armed: bool,
     progress: SimTime,
-    schedule: Option<(u32, Arc<[Step]>)>,
+    schedule: Option<(u64, Arc<[Step]>)>,
     probing: Option<Probing>,
     awaiting_state: bool,
     pending_state: Option<Box<StateMsg>>,
@@ -163,6 +172,7 @@ impl SyncWorker {
             opt: Sgd::new(opt, 0, ranks),
             members: (0..ranks).collect(),
             epoch: 0,
+            view: view_id(0, &(0..ranks).collect::<Vec<_>>()),
             done: 0,
             grad: None,
             job: None,
@@ -243,18 +253,18 @@ impl SyncWorker {
         self.reducing = true;
         ctx.set_phase(Phase::Communicating);
         self.arm_watchdog(ctx);
-        let key = (self.epoch, self.done);
+        let key = (self.view, self.done);
         if self.cfg.backup_workers > 0 || self.cfg.collective == CollectiveKind::Analytic {
             let now = ctx.now();
             if self.cfg.backup_workers > 0 {
                 if rank != self.aggregator() {
-                    let msg = SyncMsg::Grad { epoch: key.0, iter: key.1, ready: now, data: grad };
+                    let msg = SyncMsg::Grad { view: key.0, iter: key.1, ready: now, data: grad };
                     ctx.send(self.aggregator(), msg, Self::bytes(ctx));
                     return;
                 }
             } else {
                 for &m in self.members.iter().filter(|&&m| m != rank) {
-                    let msg = SyncMsg::Grad { epoch: key.0, iter: key.1, ready: now, data: grad.clone() };
+                    let msg = SyncMsg::Grad { view: key.0, iter: key.1, ready: now, data: grad.clone() };
                     ctx.send(m, msg, 0);
                 }
             }
@@ -264,10 +274,10 @@ impl SyncWorker {
         }
         let dim = ctx.workload().param_count();
         let steps = match &self.schedule {
-            Some((epoch, steps)) if *epoch == self.epoch => steps.clone(),
+            Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
                 let steps: Arc<[Step]> = collectives::schedule(self.cfg.collective, self.members.len(), me, dim).into();
-                self.schedule = Some((self.epoch, steps.clone()));
+                self.schedule = Some((self.view, steps.clone()));
                 steps
             }
         };
@@ -288,7 +298,7 @@ impl SyncWorker {
         let finished = run.poll(&mut out);
         for o in out {
             let bytes = 4 * o.range.len() as u64;
-            let msg = SyncMsg::Chunk { epoch: self.epoch, iter: self.done, round: o.round, data: o.data };
+            let msg = SyncMsg::Chunk { view: self.view, iter: self.done, round: o.round, data: o.data };
             ctx.send(self.members[o.to], msg, bytes);
         }
         if finished {
@@ -303,7 +313,7 @@ impl SyncWorker {
         if !self.reducing {
             return;
         }
-        let key = (self.epoch, self.done);
+        let key = (self.view, self.done);
         let have = self.grads.get(&key).map_or(0, Vec::len);
         let p = self.members.len();
         if self.cfg.backup_workers > 0 {
@@ -341,11 +351,11 @@ impl SyncWorker {
         }
         if self.cfg.backup_workers > 0 && rank == self.aggregator() {
             for &m in self.members.iter().filter(|&&m| m != rank) {
-                let msg = SyncMsg::Params { epoch: self.epoch, iter: self.done, params: self.params.clone() };
+                let msg = SyncMsg::Params { view: self.view, iter: self.done, params: self.params.clone() };
                 ctx.send(m, msg, Self::bytes(ctx));
             }
         }
-        self.grads.retain(|k, _| k.0 >= self.epoch && k.1 >= self.done);
+        self.grads.retain(|k, _| k.0 >= self.view && k.1 >= self.done);
         self.begin_iteration(ctx);
     }
 
@@ -369,8 +379,9 @@ impl SyncWorker {
         let rank = ctx.rank();
         self.epoch = p.epoch;
         self.members = p.responders.keys().copied().collect();
-        self.chunks.retain(|k, _| k.0 >= self.epoch);
-        self.grads.retain(|k, _| k.0 >= self.epoch);
+        self.view = view_id(self.epoch, &self.members);
+        self.chunks.retain(|k, _| k.0 >= self.view);
+        self.grads.retain(|k, _| k.0 >= self.view);
         let max_done = p.responders.values().copied().max().expect("self responded");
         self.joining = 0;
         self.awaiting_state = false;
@@ -462,11 +473,11 @@ impl Protocol for SyncWorker {
 
     fn on_message(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, msg: SyncMsg) {
         match msg {
-            SyncMsg::Chunk { epoch, iter, round, data } => {
-                if (epoch, iter) < (self.epoch, self.done) {
+            SyncMsg::Chunk { view, iter, round, data } => {
+                if (view, iter) < (self.view, self.done) {
                     return;
                 }
-                if (epoch, iter) == (self.epoch, self.done) && self.probing.is_none() {
+                if (view, iter) == (self.view, self.done) && self.probing.is_none() {
                     if let Some(run) = self.run.as_mut() {
                         run.deliver(round, data);
                         self.arm_watchdog(ctx);
@@ -474,19 +485,19 @@ impl Protocol for SyncWorker {
                         return;
                     }
                 }
-                self.chunks.insert((epoch, iter, round), data);
+                self.chunks.insert((view, iter, round), data);
             }
-            SyncMsg::Grad { epoch, iter, ready, data } => {
-                if (epoch, iter) < (self.epoch, self.done) {
+            SyncMsg::Grad { view, iter, ready, data } => {
+                if (view, iter) < (self.view, self.done) {
                     return;
                 }
-                self.grads.entry((epoch, iter)).or_default().push((from, ready, data));
+                self.grads.entry((view, iter)).or_default().push((from, ready, data));
                 if self.probing.is_none() {
                     self.check_gathered(ctx);
                 }
             }
-            SyncMsg::Params { epoch, iter, params } => {
-                if epoch == self.epoch && iter > self.done && self.probing.is_none() && !self.awaiting_state {
+            SyncMsg::Params { view, iter, params } => {
+                if view == self.view && iter > self.done && self.probing.is_none() && !self.awaiting_state {
                     self.params = params;
                     self.done = iter;
                     self.invalidate();
@@ -555,7 +566,7 @@ impl Protocol for SyncWorker {
         match tag & 0xff {
             PROBE_END => self.end_probe(ctx),
             ANALYTIC_DONE => {
-                let got = self.grads.remove(&(self.epoch, self.done)).unwrap_or_default();
+                let got = self.grads.remove(&(self.view, self.done)).unwrap_or_default();
                 let mut got = got;
                 got.sort_by_key(|g| g.0);
                 let p = got.len();
@@ -595,6 +606,7 @@ impl Protocol for SyncWorker {
     fn on_restart(&mut self, _ctx: &mut dyn Context<SyncMsg>) {
         self.done = 0;
         self.epoch = 0;
+        self.view = 0;
         self.gen += 1;
     }
 
