@@ -130,7 +130,7 @@ fn draw_lines<DB: DrawingBackend>(
     let cap = if cap > 0.0 { cap } else { f64::INFINITY };
     let Some(((x0, x1), (y0, y1))) = bounds(panels, x, y, cap) else { return Ok(()) };
     let area = area.titled(title, ("sans-serif", 24).into_font().style(FontStyle::Bold)).map_err(e)?;
-    let cols = panels.len().min(3).max(1);
+    let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
     for (cell, panel) in area.split_evenly((rows, cols)).into_iter().zip(panels) {
         let mut chart = ChartBuilder::on(&cell)
@@ -261,7 +261,9 @@ fn colors(runs: &[RunRecord]) -> BTreeMap<String, usize> {
 /// Over-time panels (one per node count) of `column`, means over seeds.
 fn over_time(runs: &[RunRecord], column: &str) -> Vec<Panel> {
     let color = colors(runs);
-    let mut by: BTreeMap<usize, BTreeMap<String, Vec<Vec<(f64, f64)>>>> = BTreeMap::new();
+    // nodes -> algorithm -> one series per seed
+    type BySeed = BTreeMap<String, Vec<Vec<(f64, f64)>>>;
+    let mut by: BTreeMap<usize, BySeed> = BTreeMap::new();
     for r in runs {
         let s = series_of(&r.dir, column);
         if !s.is_empty() {

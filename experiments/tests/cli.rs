@@ -1,0 +1,247 @@
+//! The `dsgd` command line, end to end: bad specs, example specs, replay, sweeps (parallel and
+//! resumed after a kill), the embedded default and its figures.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn dsgd(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn specs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("specs")
+}
+
+fn example_specs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(specs_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains("sweep"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
+    let cases: &[(&str, &str)] = &[
+        (r#"{"nodes": 0}"#, "`nodes`"),
+        (r#"{"nodes": "eight"}"#, "`nodes`"),
+        (r#"{"nodez": 4}"#, "nodez"),
+        (r#"{"algorithm": {"kind": "allreduce"}}"#, "`algorithm.kind`"),
+        (r#"{"algorithm": {"kind": "sync", "collective": "star"}}"#, "star"),
+        (r#"{"algorithm": {"kind": "sync", "backup_workers": 4}, "nodes": 4}"#, "`algorithm.backup_workers`"),
+        (r#"{"network": {"bandwidth_gbps": -1}}"#, "`network.bandwidth_gbps`"),
+        (r#"{"network": {"latency_us": "fast"}}"#, "`network.latency_us`"),
+        (
+            r#"{"network": {"topology": {"kind": "racks", "rack_size": 0, "uplink_gbps": 10}}}"#,
+            "`network.topology.rack_size`",
+        ),
+        (r#"{"nodes": 8, "faults": [{"kind": "crash", "node": 12, "at_s": 1}]}"#, "`faults[0].node`"),
+        (r#"{"faults": [{"kind": "partition", "from_s": 5, "until_s": 1, "groups": []}]}"#, "`faults[0].until_s`"),
+        (
+            r#"{"faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 2}]}"#,
+            "`faults[0].probability`",
+        ),
+        (r#"{"optimizer": {"lr": 0}}"#, "`optimizer.lr`"),
+        (r#"{"optimizer": {"momentum": 1.5}}"#, "`optimizer.momentum`"),
+        (r#"{"batch": 0}"#, "`batch`"),
+        (r#"{"compute": {"step_time_ms": 0}}"#, "`compute.step_time_ms`"),
+        (
+            r#"{"compute": {"straggler": {"jitter": {"kind": "pareto", "alpha": -2}}}}"#,
+            "`compute.straggler.jitter.alpha`",
+        ),
+        (r#"{"nodes": 4, "compute": {"straggler": {"slow_nodes": {"9": 10}}}}"#, "`compute.straggler.slow_nodes.9`"),
+        (r#"{"workload": {"kind": "quadratic", "h_min": 2, "h_max": 1}}"#, "`workload.h_min`"),
+        (r#"{"workload": {"kind": "imagenet"}}"#, "`workload.kind`"),
+        (r#"{"stop": {"sim_time_s": -5}}"#, "`stop.sim_time_s`"),
+        (r#"{"stop": {"target_accuracy": 1.5}}"#, "`stop.target_accuracy`"),
+        (r#"{"eval": {"every_s": 0}}"#, "`eval.every_s`"),
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+    ];
+    for (i, (spec, field)) in cases.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bad.json"), spec).unwrap();
+        let o = dsgd(dir.path(), &["run", "bad.json", "--out", "out"]);
+        let msg = text(&o);
+        assert_eq!(o.status.code(), Some(2), "case {i} ({spec}): {msg}");
+        assert!(msg.contains("bad.json") && msg.contains(field), "case {i} ({spec}) should name {field}: {msg}");
+        assert!(!msg.contains("panicked"), "case {i}: {msg}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("bad.json")], "case {i} left files behind");
+    }
+    // --set errors name the override.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ok.json"), "{}").unwrap();
+    let o = dsgd(dir.path(), &["run", "ok.json", "--set", "network.latency_us=-3", "--out", "out"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("network.latency_us"), "{}", text(&o));
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn every_example_spec_runs_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    for spec in example_specs() {
+        let name = spec.file_stem().unwrap().to_string_lossy().to_string();
+        let o = dsgd(dir.path(), &["run", spec.to_str().unwrap(), "--out", &name]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        for f in ["spec.json", "summary.json", "metrics.csv", "timeline.csv"] {
+            assert!(dir.path().join(&name).join(f).exists(), "{name}/{f}");
+        }
+        let o = dsgd(dir.path(), &["replay", &name]);
+        assert!(o.status.success() && text(&o).contains("identical"), "{name}: {}", text(&o));
+    }
+    // A tampered result is caught.
+    let first = example_specs()[0].file_stem().unwrap().to_string_lossy().to_string();
+    let p = dir.path().join(&first).join("summary.json");
+    let s = std::fs::read_to_string(&p).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    let digest = v["digest"].as_str().unwrap();
+    std::fs::write(&p, s.replace(digest, "0000000000000000")).unwrap();
+    let o = dsgd(dir.path(), &["replay", &first]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("DIFFERENT"));
+}
+
+#[test]
+fn trace_is_written_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = specs_dir().join("faults.json");
+    let o = dsgd(dir.path(), &["run", spec.to_str().unwrap(), "--out", "t", "--trace", "--set", "stop.sim_time_s=3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("t/trace.json")).unwrap()).unwrap();
+    assert!(v["traceEvents"].as_array().unwrap().len() > 100);
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("t/spec.json")).unwrap()).unwrap();
+    assert_eq!(spec["stop"]["sim_time_s"], 3.0, "the resolved spec records the override");
+}
+
+const SWEEP: &str = r#"{
+  "name": "small",
+  "base": {"workload": {"kind": "quadratic", "dim": 50}, "compute": {"step_time_ms": 20,
+           "straggler": {"jitter": {"kind": "exponential", "mean": 0.5}}}, "stop": {"sim_time_s": 5}},
+  "grid": {"algorithm": [{"kind": "sync"}, {"kind": "gossip"}, {"kind": "async_ps"}], "nodes": [2, 4], "seed": [1, 2]}
+}"#;
+
+fn digests(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| {
+            let s: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path().join("summary.json")).unwrap()).unwrap();
+            (e.file_name().to_string_lossy().to_string(), s["digest"].as_str().unwrap().to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_sweep_gives_the_same_digests_with_one_or_two_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sweep.json"), SWEEP).unwrap();
+    let a = dsgd(dir.path(), &["sweep", "sweep.json", "--out", "a", "--jobs", "1", "--no-plots"]);
+    assert!(a.status.success(), "{}", text(&a));
+    let b = dsgd(dir.path(), &["sweep", "sweep.json", "--out", "b", "--jobs", "2"]);
+    assert!(b.status.success(), "{}", text(&b));
+    let (da, db) = (digests(&dir.path().join("a")), digests(&dir.path().join("b")));
+    assert_eq!(da.len(), 12);
+    assert_eq!(da, db);
+    let agg = std::fs::read_to_string(dir.path().join("b/aggregate.csv")).unwrap();
+    assert_eq!(agg.lines().count(), 1 + 6, "one row per algorithm and node count:\n{agg}");
+    assert!(dir.path().join("b/plots/loss_vs_time.png").exists());
+    // Running it again does nothing new.
+    let again = dsgd(dir.path(), &["sweep", "sweep.json", "--out", "b", "--jobs", "2", "--no-plots"]);
+    assert!(text(&again).contains("0 runs done now, 12 already done earlier"), "{}", text(&again));
+    let r = dsgd(dir.path(), &["replay", "b"]);
+    assert!(r.status.success(), "{}", text(&r));
+}
+
+#[test]
+fn a_killed_sweep_resumes_without_rerunning_or_corrupting() {
+    let dir = tempfile::tempdir().unwrap();
+    // Runs of about a tenth of a second each: 100-node ring all-reduce of a timing workload.
+    let sweep = r#"{
+      "base": {"workload": {"kind": "timing", "params": 1000000}, "compute": {"step_time_ms": 10},
+               "network": {"bandwidth_gbps": 100}, "stop": {"sim_time_s": 1000, "iterations": 40}, "eval": {"every_s": 100}},
+      "grid": {"nodes": [60, 64], "seed": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}
+    }"#;
+    std::fs::write(dir.path().join("sweep.json"), sweep).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir.path())
+        .args(["sweep", "sweep.json", "--out", "s", "--jobs", "1", "--no-plots"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = dir.path().join("s/runs");
+    let finished = || {
+        std::fs::read_dir(&runs)
+            .map(|d| d.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
+            .unwrap_or(0)
+    };
+    let t0 = std::time::Instant::now();
+    while finished() < 3 && t0.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = finished();
+    assert!((3..20).contains(&before), "killed after {before} runs: make the runs longer");
+    let o = dsgd(dir.path(), &["sweep", "sweep.json", "--out", "s", "--jobs", "2", "--no-plots"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("{} runs done now, {before} already done earlier", 20 - before)),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(digests(&dir.path().join("s")).len(), 20);
+    let leftovers: Vec<_> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "partial folders left: {leftovers:?}");
+    let r = dsgd(dir.path(), &["replay", "s"]);
+    assert!(r.status.success(), "{}", text(&r));
+}
+
+#[test]
+fn the_default_runs_with_no_spec_and_draws_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dsgd(dir.path(), &["run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    for alg in ["sync", "async_ps", "easgd", "gossip-pull", "gossip-push"] {
+        assert!(out.contains(&format!("| {alg} |")), "table lacks {alg}:\n{out}");
+    }
+    let plots = dir.path().join("runs/default/plots");
+    for f in [
+        "loss_vs_time",
+        "time_to_target_vs_nodes",
+        "throughput_vs_nodes",
+        "timeline",
+        "staleness",
+        "consensus_distance",
+    ] {
+        let png = std::fs::read(plots.join(format!("{f}.png"))).unwrap_or_else(|_| panic!("{f}.png missing"));
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{f}.png");
+        let svg = std::fs::read_to_string(plots.join(format!("{f}.svg"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("<text"), "{f}.svg");
+    }
+    assert!(dir.path().join("runs/default/report.md").exists());
+    // A second default run goes to a new folder; nothing is overwritten.
+    let o = dsgd(dir.path(), &["run", "--jobs", "1"]);
+    assert!(o.status.success());
+    assert!(dir.path().join("runs/default-2/report.md").exists());
+}
