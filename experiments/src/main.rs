@@ -127,12 +127,21 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
     let runs = sweep::collect_runs(out)?;
     let rows = sweep::aggregate(&runs);
     write_atomic(&out.join("aggregate.csv"), sweep::aggregate_csv(&rows).as_bytes()).map_err(|e| e.to_string())?;
-    let table = report::table(&rows);
-    write_atomic(&out.join("report.md"), format!("# {}\n\n{table}", out.display()).as_bytes())
-        .map_err(|e| e.to_string())?;
-    println!("{table}");
+    let best = sweep::best(&rows);
+    let mut md = format!("# {}\n\nMeans ± 95% confidence half-widths over seeds.\n\n", out.display());
+    if best.len() < rows.len() {
+        let t = report::table(&best);
+        println!("Best variant of each algorithm and node count:\n{t}");
+        md.push_str(&format!("## Best variant of each algorithm and node count\n\n{t}\n## Every variant\n\n"));
+        md.push_str(&report::table(&rows));
+    } else {
+        let t = report::table(&rows);
+        println!("{t}");
+        md.push_str(&t);
+    }
+    write_atomic(&out.join("report.md"), md.as_bytes()).map_err(|e| e.to_string())?;
     if draw {
-        let files = plot::all(&runs, &out.join("plots"))?;
+        let files = plot::all(&sweep::best_runs(&runs), &out.join("plots"))?;
         println!(
             "report: {}  figures: {}/ ({} files)",
             out.join("report.md").display(),
@@ -220,7 +229,7 @@ fn plot_dirs(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<ExitCode, String>
         runs.extend(sweep::collect_runs(d)?);
     }
     let out = out.unwrap_or_else(|| dirs[0].join("plots"));
-    let files = plot::all(&runs, &out)?;
+    let files = plot::all(&sweep::best_runs(&runs), &out)?;
     for f in &files {
         println!("{}", f.display());
     }

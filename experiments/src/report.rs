@@ -23,13 +23,17 @@ fn pm(v: (f64, f64), digits: usize) -> String {
 
 /// A Markdown table of aggregated rows (means ± 95% CI over seeds).
 pub fn table(rows: &[AggregateRow]) -> String {
-    let mut s = String::from(
-        "| algorithm | nodes | seeds | final loss | final acc. | reached target | time to target (s) | updates/s | sync iteration (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
+    let with_variant = rows.iter().any(|r| !r.variant.is_empty());
+    let mut s = String::from(if with_variant {
+        "| algorithm | nodes | variant | seeds | final loss | final acc. | reached target | time to target (s) | updates/s | sync iteration (s) |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    } else {
+        "| algorithm | nodes | seeds | final loss | final acc. | reached target | time to target (s) | updates/s | sync iteration (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    });
     for r in rows {
+        let variant = if with_variant { format!(" {} |", r.variant) } else { String::new() };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} |",
+            "| {} | {} |{variant} {} | {} | {} | {}/{} | {} | {} | {} |",
             r.algorithm,
             r.nodes,
             r.seeds,

@@ -7,6 +7,7 @@
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::softmax::{Softmax, SoftmaxConfig};
 use dsgd_models::timing::Timing;
+use dsgd_models::wire::WireSized;
 use dsgd_models::Workload;
 use dsgd_runtime::optimizer::OptimizerConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
@@ -110,6 +111,10 @@ pub enum WorkloadSpec {
         /// Starting value of every coordinate (default 1).
         #[serde(default = "one")]
         x0: f64,
+        /// Parameters on the wire: messages as large as a model of this many parameters
+        /// (default: the workload's own `dim`), e.g. 11689512 for ResNet-18.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wire_params: Option<usize>,
     },
     /// Logistic regression on a seeded Gaussian mixture.
     Softmax {
@@ -131,6 +136,9 @@ pub enum WorkloadSpec {
         /// Dataset seed (default 1).
         #[serde(default = "d_one_u64")]
         data_seed: u64,
+        /// Parameters on the wire (default: the model's own count).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wire_params: Option<usize>,
     },
 }
 
@@ -167,7 +175,7 @@ fn d_one_u64() -> u64 {
 
 impl Default for WorkloadSpec {
     fn default() -> Self {
-        WorkloadSpec::Quadratic { dim: 100, h_max: 1.0, h_min: 0.01, noise: 1.0, x0: 1.0 }
+        WorkloadSpec::Quadratic { dim: 100, h_max: 1.0, h_min: 0.01, noise: 1.0, x0: 1.0, wire_params: None }
     }
 }
 
@@ -455,7 +463,10 @@ impl Spec {
         self.optimizer.validate().map_err(|(f, p)| FieldError { field: f, problem: p })?;
         match &self.workload {
             WorkloadSpec::Timing { params } if *params == 0 => return bad("workload.params", "must be at least 1"),
-            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0 } => {
+            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
+                if *wire_params == Some(0) {
+                    return bad("workload.wire_params", "must be at least 1");
+                }
                 if *dim == 0 {
                     return bad("workload.dim", "must be at least 1");
                 }
@@ -469,7 +480,10 @@ impl Spec {
                     return bad("workload.x0", "must be a finite number");
                 }
             }
-            WorkloadSpec::Softmax { classes, features, train, test, separation, .. } => {
+            WorkloadSpec::Softmax { classes, features, train, test, separation, wire_params, .. } => {
+                if *wire_params == Some(0) {
+                    return bad("workload.wire_params", "must be at least 1");
+                }
                 if *classes < 2 {
                     return bad("workload.classes", "must be at least 2");
                 }
@@ -657,14 +671,19 @@ impl Spec {
             };
             faults.schedule.push(fault);
         }
-        let workload: Arc<dyn Workload> = match self.workload {
-            WorkloadSpec::Timing { params } => Arc::new(Timing::new(params)),
-            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0 } => {
-                Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0))
+        let (workload, wire): (Arc<dyn Workload>, Option<usize>) = match self.workload {
+            WorkloadSpec::Timing { params } => (Arc::new(Timing::new(params)), None),
+            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
+                (Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0)), wire_params)
             }
-            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed } => {
-                Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed }))
-            }
+            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed, wire_params } => (
+                Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed })),
+                wire_params,
+            ),
+        };
+        let workload: Arc<dyn Workload> = match wire {
+            Some(p) => Arc::new(WireSized::new(workload, 4 * p as u64)),
+            None => workload,
         };
         let train = TrainConfig {
             batch: self.batch,

@@ -247,8 +247,9 @@ pub struct AggregateRow {
     pub algorithm: String,
     /// Workers.
     pub nodes: usize,
-    /// The other fields that vary, as text.
-    pub point: String,
+    /// The other fields that vary between runs of this algorithm and node count, as
+    /// `path=value` pairs (empty when nothing else varies).
+    pub variant: String,
     /// Seeds aggregated.
     pub seeds: usize,
     /// Mean final loss and its 95% CI half-width.
@@ -265,23 +266,57 @@ pub struct AggregateRow {
     pub iteration_time_s: (f64, f64),
 }
 
-/// Groups runs by everything but the seed and aggregates.
-pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
-    let mut groups: BTreeMap<(String, usize, String), Vec<&RunRecord>> = BTreeMap::new();
-    for r in runs {
-        let mut v = serde_json::to_value(&r.spec).expect("serialises");
-        if let Value::Object(o) = &mut v {
-            o.remove("seed");
-            o.remove("nodes");
-            o.remove("name");
+fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                flatten(&if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, x, out);
+            }
         }
-        let key = (r.summary.algorithm.clone(), r.spec.nodes, v.to_string());
-        groups.entry(key).or_default().push(r);
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
     }
-    // Describe groups of the same algorithm and node count that differ in other fields.
+}
+
+/// Each run's variant: the values of the spec fields that vary across `runs`, other than the
+/// seed, the node count, the name and the algorithm.
+pub fn variants(runs: &[RunRecord]) -> Vec<String> {
+    let flat: Vec<BTreeMap<String, String>> = runs
+        .iter()
+        .map(|r| {
+            let mut m = BTreeMap::new();
+            flatten("", &serde_json::to_value(&r.spec).expect("serialises"), &mut m);
+            m.retain(|k, _| !(k == "seed" || k == "nodes" || k == "name" || k.starts_with("algorithm")));
+            m
+        })
+        .collect();
+    let mut keys: Vec<&String> = flat.iter().flat_map(|m| m.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let varying: Vec<&String> =
+        keys.into_iter().filter(|k| flat.iter().any(|m| m.get(*k) != flat[0].get(*k))).collect();
+    flat.iter()
+        .map(|m| {
+            varying
+                .iter()
+                .map(|k| format!("{k}={}", m.get(*k).map_or("-", String::as_str)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Groups runs by algorithm, node count and variant, and aggregates over seeds.
+pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
+    let vars = variants(runs);
+    let mut groups: BTreeMap<(String, usize, String), Vec<&RunRecord>> = BTreeMap::new();
+    for (r, v) in runs.iter().zip(vars) {
+        groups.entry((r.summary.algorithm.clone(), r.spec.nodes, v)).or_default().push(r);
+    }
     groups
         .into_iter()
-        .map(|((algorithm, nodes, rest), rs)| {
+        .map(|((algorithm, nodes, variant), rs)| {
             let f = |g: &dyn Fn(&Summary) -> Option<f64>| {
                 mean_ci(&rs.iter().filter_map(|r| g(&r.summary)).collect::<Vec<_>>())
             };
@@ -289,7 +324,7 @@ pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
             AggregateRow {
                 algorithm,
                 nodes,
-                point: format!("{:016x}", dsgd_sim::rng::fnv1a64(rest.as_bytes())),
+                variant,
                 seeds: rs.len(),
                 final_loss: f(&|s| s.final_loss),
                 final_accuracy: f(&|s| s.final_accuracy),
@@ -302,10 +337,43 @@ pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
         .collect()
 }
 
+/// For each algorithm and node count, the variant that did best: the most seeds reaching the
+/// target, then the shortest mean time to it, then the lowest final loss.
+pub fn best(rows: &[AggregateRow]) -> Vec<AggregateRow> {
+    let mut by: BTreeMap<(String, usize), &AggregateRow> = BTreeMap::new();
+    let score = |r: &AggregateRow| {
+        let ttt = if r.time_to_target_s.0.is_finite() { r.time_to_target_s.0 } else { f64::INFINITY };
+        let loss = if r.final_loss.0.is_finite() { r.final_loss.0 } else { f64::INFINITY };
+        (r.reached * 1000 / r.seeds.max(1), ttt, loss)
+    };
+    for r in rows {
+        let key = (r.algorithm.clone(), r.nodes);
+        let better = by.get(&key).is_none_or(|old| {
+            let (a, b) = (score(r), score(old));
+            a.0 > b.0 || (a.0 == b.0 && (a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)).is_lt()))
+        });
+        if better {
+            by.insert(key, r);
+        }
+    }
+    by.into_values().cloned().collect()
+}
+
+/// The runs of the best variant of each algorithm and node count (all runs when nothing varies).
+pub fn best_runs(runs: &[RunRecord]) -> Vec<RunRecord> {
+    let chosen: Vec<(String, usize, String)> =
+        best(&aggregate(runs)).into_iter().map(|r| (r.algorithm, r.nodes, r.variant)).collect();
+    runs.iter()
+        .zip(variants(runs))
+        .filter(|(r, v)| chosen.iter().any(|c| c.0 == r.summary.algorithm && c.1 == r.spec.nodes && &c.2 == v))
+        .map(|(r, _)| r.clone())
+        .collect()
+}
+
 /// `aggregate.csv`.
 pub fn aggregate_csv(rows: &[AggregateRow]) -> String {
     let mut s = String::from(
-        "algorithm,nodes,point,seeds,final_loss,final_loss_ci95,final_accuracy,final_accuracy_ci95,reached,time_to_target_s,time_to_target_ci95,updates_per_s,updates_per_s_ci95,iteration_time_s,iteration_time_ci95\n",
+        "algorithm,nodes,variant,seeds,final_loss,final_loss_ci95,final_accuracy,final_accuracy_ci95,reached,time_to_target_s,time_to_target_ci95,updates_per_s,updates_per_s_ci95,iteration_time_s,iteration_time_ci95\n",
     );
     let c = |x: f64| if x.is_finite() { format!("{x}") } else { String::new() };
     for r in rows {
@@ -313,7 +381,7 @@ pub fn aggregate_csv(rows: &[AggregateRow]) -> String {
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             r.algorithm,
             r.nodes,
-            r.point,
+            r.variant,
             r.seeds,
             c(r.final_loss.0),
             c(r.final_loss.1),
@@ -329,4 +397,48 @@ pub fn aggregate_csv(rows: &[AggregateRow]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(alg: &str, variant: &str, reached: usize, ttt: f64, loss: f64) -> AggregateRow {
+        AggregateRow {
+            algorithm: alg.into(),
+            nodes: 4,
+            variant: variant.into(),
+            seeds: 3,
+            final_loss: (loss, 0.0),
+            final_accuracy: (f64::NAN, f64::NAN),
+            reached,
+            time_to_target_s: (ttt, 0.0),
+            updates_per_s: (1.0, 0.0),
+            iteration_time_s: (f64::NAN, f64::NAN),
+        }
+    }
+
+    #[test]
+    fn best_prefers_reaching_the_target_then_speed_then_loss() {
+        let rows = vec![
+            row("sync", "lr=0.01", 0, f64::NAN, 0.1),
+            row("sync", "lr=0.1", 3, 50.0, 0.02),
+            row("sync", "lr=0.3", 3, 40.0, 0.03),
+            row("sync", "lr=1", 2, 10.0, 0.5),
+            row("gossip", "lr=0.01", 0, f64::NAN, 0.2),
+            row("gossip", "lr=0.1", 0, f64::NAN, 0.1),
+        ];
+        let b = best(&rows);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.iter().find(|r| r.algorithm == "sync").unwrap().variant, "lr=0.3");
+        assert_eq!(b.iter().find(|r| r.algorithm == "gossip").unwrap().variant, "lr=0.1");
+    }
+
+    #[test]
+    fn mean_ci_uses_student_t() {
+        let (m, h) = mean_ci(&[1.0, 2.0, 3.0]);
+        assert_eq!(m, 2.0);
+        assert!((h - 4.303 * (1.0f64 / 3.0).sqrt()).abs() < 1e-9);
+        assert_eq!(mean_ci(&[5.0]), (5.0, 0.0));
+    }
 }

@@ -9,10 +9,12 @@
 //! - [`timing::Timing`]: no arithmetic, only a parameter count (message sizes).
 //! - [`quadratic::Quadratic`]: the noisy quadratic model with a closed-form loss recursion.
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
+//! - [`wire::WireSized`]: any of these with the message size of another model.
 
 pub mod quadratic;
 pub mod softmax;
 pub mod timing;
+pub mod wire;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;

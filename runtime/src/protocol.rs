@@ -99,3 +99,46 @@ pub trait Protocol {
     /// The node's model, for metrics.
     fn view(&self) -> View<'_>;
 }
+
+/// A run with two kinds of rank (workers and servers) whose roles share one message type.
+#[allow(clippy::large_enum_variant)] // one per rank; boxing buys nothing
+pub enum Role<W, S> {
+    /// A worker.
+    Worker(W),
+    /// A server (a parameter-server shard, EASGD's centre).
+    Server(S),
+}
+
+macro_rules! both {
+    ($self:ident, $r:ident => $e:expr) => {
+        match $self {
+            Role::Worker($r) => $e,
+            Role::Server($r) => $e,
+        }
+    };
+}
+
+impl<M, W: Protocol<Msg = M>, S: Protocol<Msg = M>> Protocol for Role<W, S> {
+    type Msg = M;
+    fn on_start(&mut self, ctx: &mut dyn Context<M>) {
+        both!(self, r => r.on_start(ctx))
+    }
+    fn on_message(&mut self, ctx: &mut dyn Context<M>, from: usize, msg: M) {
+        both!(self, r => r.on_message(ctx, from, msg))
+    }
+    fn on_timer(&mut self, ctx: &mut dyn Context<M>, tag: u64) {
+        both!(self, r => r.on_timer(ctx, tag))
+    }
+    fn on_gradient(&mut self, ctx: &mut dyn Context<M>, job: JobId, grad: Vec<f32>, loss: f64) {
+        both!(self, r => r.on_gradient(ctx, job, grad, loss))
+    }
+    fn on_crash(&mut self) {
+        both!(self, r => r.on_crash())
+    }
+    fn on_restart(&mut self, ctx: &mut dyn Context<M>) {
+        both!(self, r => r.on_restart(ctx))
+    }
+    fn view(&self) -> View<'_> {
+        both!(self, r => r.view())
+    }
+}

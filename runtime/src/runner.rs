@@ -5,6 +5,7 @@
 //! settings in the engine's configuration name ranks in this layout.
 
 use crate::collectives::{analytic::CostModel, CollectiveKind};
+use crate::protocol::Role;
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
 use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
 use crate::protocols::gossip::{GossipConfig, GossipNode};
@@ -129,14 +130,14 @@ pub fn run(
         }
         AlgorithmConfig::AsyncPs(c) => {
             let mut roles: Vec<PsRole> =
-                (0..workers).map(|_| PsRole::Worker(PsWorker::new(workers, c.shards, batch, c))).collect();
-            roles.extend((0..c.shards).map(|s| PsRole::Shard(Shard::new(s, c.shards, workers, c, opt))));
+                (0..workers).map(|_| Role::Worker(PsWorker::new(workers, c.shards, batch, c))).collect();
+            roles.extend((0..c.shards).map(|s| Role::Server(Shard::new(s, c.shards, workers, c, opt))));
             SimExecutor::new(&sim, roles, workload, train)?.run()
         }
         AlgorithmConfig::Easgd(c) => {
             let mut roles: Vec<EasgdRole> =
-                (0..workers).map(|_| EasgdRole::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
-            roles.push(EasgdRole::Centre(Centre::new(c.alpha_for(workers))));
+                (0..workers).map(|_| Role::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
+            roles.push(Role::Server(Centre::new(c.alpha_for(workers))));
             SimExecutor::new(&sim, roles, workload, train)?.run()
         }
         AlgorithmConfig::Gossip(c) => {

@@ -61,6 +61,16 @@ pub fn schedule(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Vec<St
     }
 }
 
+/// Elements on the wire of a workload's full vector (its message size in 4-byte words).
+pub fn wire_params(w: &dyn dsgd_models::Workload) -> usize {
+    ((w.message_bytes() / 4) as usize).max(1)
+}
+
+/// Bytes on the wire of a slice of `len` of the workload's `param_count` elements.
+pub fn slice_bytes(w: &dyn dsgd_models::Workload, len: usize) -> u64 {
+    (w.message_bytes() as u128 * len as u128 / w.param_count().max(1) as u128) as u64
+}
+
 /// The `c`-th of `p` near-equal chunks of `0..dim`.
 pub fn chunk(dim: usize, p: usize, c: usize) -> Range<usize> {
     (c * dim / p)..((c + 1) * dim / p)
@@ -83,6 +93,8 @@ pub struct Outgoing {
 #[derive(Clone, Debug)]
 pub struct Run {
     steps: Arc<[Step]>,
+    /// Length of the nominal vector the schedule's ranges refer to.
+    wire: usize,
     pos: usize,
     sent: bool,
     buf: Vec<f32>,
@@ -92,10 +104,19 @@ pub struct Run {
 
 impl Run {
     /// Starts a run of `steps` (shareable: a member's schedule is the same every iteration) over
-    /// `buf` (this member's contribution; empty for timing-only workloads).
-    pub fn new(steps: Arc<[Step]>, buf: Vec<f32>) -> Self {
+    /// `buf` (this member's contribution; empty for timing-only workloads). The steps' ranges
+    /// refer to a nominal vector of `wire` elements (which sets message sizes); they are mapped
+    /// proportionally onto `buf`, so a small vector can stand in for a large model's.
+    pub fn new(steps: Arc<[Step]>, buf: Vec<f32>, wire: usize) -> Self {
         let rounds = steps.iter().map(|s| s.round as usize + 1).max().unwrap_or(0);
-        Run { steps, pos: 0, sent: false, buf, early: vec![None; rounds] }
+        Run { steps, wire: wire.max(1), pos: 0, sent: false, buf, early: vec![None; rounds] }
+    }
+
+    /// The slice of the buffer that nominal `range` stands for.
+    fn map(&self, range: &Range<usize>) -> Range<usize> {
+        let n = self.buf.len();
+        let at = |x: usize| (x as u128 * n as u128 / self.wire as u128) as usize;
+        at(range.start)..at(range.end)
     }
     /// Hands in the data of a round (possibly before this member reaches it).
     pub fn deliver(&mut self, round: u32, data: Vec<f32>) {
@@ -108,7 +129,7 @@ impl Run {
         while let Some(step) = self.steps.get(self.pos) {
             if !self.sent {
                 if let Some((to, range)) = &step.send {
-                    let data = if self.buf.is_empty() { Vec::new() } else { self.buf[range.clone()].to_vec() };
+                    let data = if self.buf.is_empty() { Vec::new() } else { self.buf[self.map(range)].to_vec() };
                     out.push(Outgoing { to: *to, round: step.round, range: range.clone(), data });
                 }
                 self.sent = true;
@@ -116,7 +137,8 @@ impl Run {
             if let Some((_, range, op)) = &step.recv {
                 let Some(data) = self.early[step.round as usize].take() else { return false };
                 if !self.buf.is_empty() {
-                    let dst = &mut self.buf[range.clone()];
+                    let r = self.map(range);
+                    let dst = &mut self.buf[r];
                     debug_assert_eq!(dst.len(), data.len(), "round {} range mismatch", step.round);
                     match op {
                         Op::Add => dst.iter_mut().zip(&data).for_each(|(d, s)| *d += s),
@@ -141,10 +163,15 @@ mod tests {
 
     /// Runs all members' schedules to completion by passing messages in FIFO order.
     fn simulate(kind: CollectiveKind, p: usize, dim: usize) -> (Vec<Vec<f32>>, usize) {
+        simulate_wire(kind, p, dim, dim)
+    }
+
+    /// As `simulate`, with schedules over a nominal vector of `wire` elements.
+    fn simulate_wire(kind: CollectiveKind, p: usize, dim: usize, wire: usize) -> (Vec<Vec<f32>>, usize) {
         let inputs: Vec<Vec<f32>> =
             (0..p).map(|m| (0..dim).map(|i| ((m * 31 + i * 7) % 13) as f32).collect()).collect();
         let mut runs: Vec<Run> =
-            (0..p).map(|m| Run::new(schedule(kind, p, m, dim).into(), inputs[m].clone())).collect();
+            (0..p).map(|m| Run::new(schedule(kind, p, m, wire).into(), inputs[m].clone(), wire)).collect();
         let mut done = vec![false; p];
         let mut messages = 0;
         let mut queue: std::collections::VecDeque<Outgoing> = Default::default();
@@ -176,6 +203,15 @@ mod tests {
         for kind in [CollectiveKind::Ring, CollectiveKind::Tree, CollectiveKind::HalvingDoubling] {
             for p in 1..=13 {
                 simulate(kind, p, 37);
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_vector_can_stand_in_for_a_large_one() {
+        for kind in [CollectiveKind::Ring, CollectiveKind::Tree, CollectiveKind::HalvingDoubling] {
+            for p in [2, 5, 8, 13] {
+                simulate_wire(kind, p, 7, 1_000_000);
             }
         }
     }

@@ -13,7 +13,7 @@
 //! (they are its durable state); workers waiting for it re-send their request every `timeout_s`
 //! until it is back, so they stall exactly as long as it is down.
 
-use crate::collectives::chunk;
+use crate::collectives::{chunk, slice_bytes};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
@@ -117,7 +117,8 @@ impl Shard {
 
     fn answer(&self, ctx: &mut dyn Context<PsMsg>, w: usize) {
         let msg = PsMsg::Params { shard: self.index, version: self.version, params: self.params.clone() };
-        ctx.send(w, msg, 4 * self.range.len() as u64);
+        let bytes = slice_bytes(ctx.workload(), self.range.len());
+        ctx.send(w, msg, bytes);
     }
 
     fn release(&mut self, ctx: &mut dyn Context<PsMsg>) {
@@ -285,7 +286,8 @@ impl Protocol for PsWorker {
         for s in 0..self.shards {
             let r = chunk(dim, self.shards, s);
             let slice = if grad.is_empty() { Vec::new() } else { grad[r.clone()].to_vec() };
-            ctx.send(self.shard_rank(s), PsMsg::Push { read: self.read[s], grad: slice }, 4 * r.len() as u64);
+            let bytes = slice_bytes(ctx.workload(), r.len());
+            ctx.send(self.shard_rank(s), PsMsg::Push { read: self.read[s], grad: slice }, bytes);
             self.versions[s] = None;
         }
         ctx.set_phase(Phase::Communicating);
@@ -303,44 +305,5 @@ impl Protocol for PsWorker {
     }
 }
 
-/// One rank of a parameter-server run: a worker or a shard.
-pub enum PsRole {
-    /// A worker.
-    Worker(PsWorker),
-    /// A server shard.
-    Shard(Shard),
-}
-
-macro_rules! both {
-    ($self:ident, $r:ident => $e:expr) => {
-        match $self {
-            PsRole::Worker($r) => $e,
-            PsRole::Shard($r) => $e,
-        }
-    };
-}
-
-impl Protocol for PsRole {
-    type Msg = PsMsg;
-    fn on_start(&mut self, ctx: &mut dyn Context<PsMsg>) {
-        both!(self, r => r.on_start(ctx))
-    }
-    fn on_message(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
-        both!(self, r => r.on_message(ctx, from, msg))
-    }
-    fn on_timer(&mut self, ctx: &mut dyn Context<PsMsg>, tag: u64) {
-        both!(self, r => r.on_timer(ctx, tag))
-    }
-    fn on_gradient(&mut self, ctx: &mut dyn Context<PsMsg>, job: JobId, grad: Vec<f32>, loss: f64) {
-        both!(self, r => r.on_gradient(ctx, job, grad, loss))
-    }
-    fn on_crash(&mut self) {
-        both!(self, r => r.on_crash())
-    }
-    fn on_restart(&mut self, ctx: &mut dyn Context<PsMsg>) {
-        both!(self, r => r.on_restart(ctx))
-    }
-    fn view(&self) -> View<'_> {
-        both!(self, r => r.view())
-    }
-}
+/// One rank of this algorithm's run: a worker or a server.
+pub type PsRole = crate::protocol::Role<PsWorker, Shard>;

@@ -228,45 +228,5 @@ impl Protocol for Centre {
     }
 }
 
-/// One rank of an EASGD run.
-#[allow(clippy::large_enum_variant)] // one per rank; boxing buys nothing
-pub enum EasgdRole {
-    /// A worker.
-    Worker(EasgdWorker),
-    /// The centre.
-    Centre(Centre),
-}
-
-macro_rules! both {
-    ($self:ident, $r:ident => $e:expr) => {
-        match $self {
-            EasgdRole::Worker($r) => $e,
-            EasgdRole::Centre($r) => $e,
-        }
-    };
-}
-
-impl Protocol for EasgdRole {
-    type Msg = EasgdMsg;
-    fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        both!(self, r => r.on_start(ctx))
-    }
-    fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, from: usize, msg: EasgdMsg) {
-        both!(self, r => r.on_message(ctx, from, msg))
-    }
-    fn on_timer(&mut self, ctx: &mut dyn Context<EasgdMsg>, tag: u64) {
-        both!(self, r => r.on_timer(ctx, tag))
-    }
-    fn on_gradient(&mut self, ctx: &mut dyn Context<EasgdMsg>, job: JobId, grad: Vec<f32>, loss: f64) {
-        both!(self, r => r.on_gradient(ctx, job, grad, loss))
-    }
-    fn on_crash(&mut self) {
-        both!(self, r => r.on_crash())
-    }
-    fn on_restart(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        both!(self, r => r.on_restart(ctx))
-    }
-    fn view(&self) -> View<'_> {
-        both!(self, r => r.view())
-    }
-}
+/// One rank of this algorithm's run: a worker or a server.
+pub type EasgdRole = crate::protocol::Role<EasgdWorker, Centre>;

@@ -272,16 +272,17 @@ impl SyncWorker {
             self.check_gathered(ctx);
             return;
         }
-        let dim = ctx.workload().param_count();
+        let wire = collectives::wire_params(ctx.workload());
         let steps = match &self.schedule {
             Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
-                let steps: Arc<[Step]> = collectives::schedule(self.cfg.collective, self.members.len(), me, dim).into();
+                let steps: Arc<[Step]> =
+                    collectives::schedule(self.cfg.collective, self.members.len(), me, wire).into();
                 self.schedule = Some((self.view, steps.clone()));
                 steps
             }
         };
-        let mut run = Run::new(steps, grad);
+        let mut run = Run::new(steps, grad, wire);
         let early: Vec<(u32, Vec<f32>)> =
             self.chunks.range((key.0, key.1, 0)..=(key.0, key.1, u32::MAX)).map(|(k, v)| (k.2, v.clone())).collect();
         self.chunks.retain(|k, _| (k.0, k.1) > key);
