@@ -172,3 +172,21 @@ fn every_algorithm_survives_a_storm_of_faults() {
         }
     }
 }
+
+#[test]
+fn a_crashed_shard_stalls_its_workers_until_it_returns_with_its_state() {
+    let alg = AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, shards: 2, ..Default::default() });
+    // Ranks 0..4 are workers, 4 and 5 the shards. Shard 5 is down from 3 s to 6 s.
+    let faults = vec![Fault::Crash { node: 5, at: secs(3.0) }, Fault::Restart { node: 5, at: secs(6.0) }];
+    let r = run_with(alg, faults, None);
+    healthy("async_ps 2 shards", &r);
+    let s = &r.metrics.samples;
+    let at = |t: f64| s.iter().rev().find(|x| x.time_s <= t).expect("samples").updates;
+    // Updates are counted by shard 0, which every push also reaches: while shard 1 is down no
+    // worker can complete a pull, so nothing is pushed.
+    assert!(at(3.5) - at(3.0) <= WORKERS as u64, "updates went on while a shard was down");
+    assert_eq!(at(6.0), at(3.5), "updates went on while a shard was down");
+    assert!(at(8.0) > at(6.0) + 100, "training did not resume after the shard came back");
+    assert!(r.metrics.notes.iter().any(|n| n.rank == 5 && n.what.contains("back at version")), "{:?}", r.metrics.notes);
+    assert!(r.metrics.notes.iter().any(|n| n.what.contains("no answer from shards [1]")));
+}
