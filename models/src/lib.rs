@@ -11,6 +11,8 @@
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
 //! - [`wire::WireSized`]: any of these with the message size of another model.
 
+pub mod fashion_mnist;
+pub mod idx;
 pub mod quadratic;
 pub mod softmax;
 pub mod timing;
