@@ -4,6 +4,8 @@
 //! Every field has a default, so `{}` is a valid spec. Unknown fields, wrong types and
 //! impossible values are rejected with the field's path and what is allowed.
 
+use dsgd_models::fashion_mnist;
+use dsgd_models::nets::{self, BurnNet, NetKind};
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::softmax::{Softmax, SoftmaxConfig};
 use dsgd_models::timing::Timing;
@@ -140,6 +142,37 @@ pub enum WorkloadSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_params: Option<usize>,
     },
+    /// A burn network on Fashion-MNIST (CPU, `flex` backend).
+    Burn {
+        /// `mlp` or `cnn`.
+        model: BurnModel,
+        /// Hidden widths of the MLP (default [128]).
+        #[serde(default = "d_hidden")]
+        hidden: Vec<usize>,
+        /// Folder of the IDX files (default `$DSGD_FASHION_MNIST`, else /usr/share/datasets/fashion-mnist).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data_dir: Option<String>,
+        /// Seed of the initial parameters (default 1).
+        #[serde(default = "d_one_u64")]
+        init_seed: u64,
+        /// Parameters on the wire (default: the model's own count).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wire_params: Option<usize>,
+    },
+}
+
+/// The burn networks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BurnModel {
+    /// Multi-layer perceptron.
+    Mlp,
+    /// Two convolutions and a linear layer.
+    Cnn,
+}
+
+fn d_hidden() -> Vec<usize> {
+    vec![128]
 }
 
 fn resnet18_params() -> usize {
@@ -480,6 +513,14 @@ impl Spec {
                     return bad("workload.x0", "must be a finite number");
                 }
             }
+            WorkloadSpec::Burn { hidden, wire_params, .. } => {
+                if *wire_params == Some(0) {
+                    return bad("workload.wire_params", "must be at least 1");
+                }
+                if hidden.contains(&0) {
+                    return bad("workload.hidden", "every hidden width must be at least 1");
+                }
+            }
             WorkloadSpec::Softmax { classes, features, train, test, separation, wire_params, .. } => {
                 if *wire_params == Some(0) {
                     return bad("workload.wire_params", "must be at least 1");
@@ -597,6 +638,21 @@ impl Spec {
         Ok(())
     }
 
+    /// The workloads that need no data files.
+    fn simple_workload(&self) -> (Arc<dyn Workload>, Option<usize>) {
+        match self.workload.clone() {
+            WorkloadSpec::Timing { params } => (Arc::new(Timing::new(params)), None),
+            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
+                (Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0)), wire_params)
+            }
+            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed, wire_params } => (
+                Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed })),
+                wire_params,
+            ),
+            WorkloadSpec::Burn { .. } => unreachable!("handled by resolve"),
+        }
+    }
+
     /// The engine's, runtime's and workload's configurations (validates first).
     pub fn resolve(&self) -> Result<Resolved, FieldError> {
         self.validate()?;
@@ -671,15 +727,18 @@ impl Spec {
             };
             faults.schedule.push(fault);
         }
-        let (workload, wire): (Arc<dyn Workload>, Option<usize>) = match self.workload {
-            WorkloadSpec::Timing { params } => (Arc::new(Timing::new(params)), None),
-            WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
-                (Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0)), wire_params)
+        let (workload, wire): (Arc<dyn Workload>, Option<usize>) = match &self.workload {
+            WorkloadSpec::Burn { model, hidden, data_dir, init_seed, wire_params } => {
+                let dir = fashion_mnist::resolve_dir(data_dir.as_deref().map(std::path::Path::new));
+                let data = nets::dataset(&dir)
+                    .map_err(|e| FieldError { field: "workload.data_dir".into(), problem: e.to_string() })?;
+                let kind = match model {
+                    BurnModel::Mlp => NetKind::Mlp { hidden: hidden.clone() },
+                    BurnModel::Cnn => NetKind::Cnn,
+                };
+                (Arc::new(BurnNet::new(kind, data, *init_seed)), *wire_params)
             }
-            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed, wire_params } => (
-                Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed })),
-                wire_params,
-            ),
+            _ => self.simple_workload(),
         };
         let workload: Arc<dyn Workload> = match wire {
             Some(p) => Arc::new(WireSized::new(workload, 4 * p as u64)),

@@ -245,3 +245,40 @@ fn the_default_runs_with_no_spec_and_draws_its_figures() {
     assert!(o.status.success());
     assert!(dir.path().join("runs/default-2/report.md").exists());
 }
+
+#[test]
+fn a_burn_run_is_bit_identical_with_one_or_two_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = specs_dir().join("fashion_mlp.json");
+    let mut digests = Vec::new();
+    for threads in ["1", "2"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+            .current_dir(dir.path())
+            .env("RAYON_NUM_THREADS", threads)
+            .args(["run", spec.to_str().unwrap(), "--out", &format!("t{threads}"), "--set", "stop.sim_time_s=1"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let s: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(format!("t{threads}/summary.json"))).unwrap())
+                .unwrap();
+        assert!(s["final_accuracy"].as_f64().unwrap() > 0.5, "the network learns: {s}");
+        digests.push(s["digest"].as_str().unwrap().to_string());
+    }
+    assert_eq!(digests[0], digests[1]);
+}
+
+#[test]
+fn missing_fashion_mnist_says_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("b.json"),
+        r#"{"workload": {"kind": "burn", "model": "cnn", "data_dir": "/nonexistent"}}"#,
+    )
+    .unwrap();
+    let o = dsgd(dir.path(), &["run", "b.json", "--out", "out"]);
+    assert_eq!(o.status.code(), Some(2));
+    let msg = text(&o);
+    assert!(msg.contains("workload.data_dir") && msg.contains("apt-get install dataset-fashion-mnist"), "{msg}");
+    assert!(!dir.path().join("out").exists());
+}

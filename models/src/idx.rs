@@ -47,9 +47,14 @@ pub fn parse(path: &Path, bytes: &[u8], want_dims: usize) -> Result<IdxArray, Da
     if bytes.len() < header {
         return err(path, format!("the file ends inside its header ({} of {header} bytes)", bytes.len()));
     }
-    let dims: Vec<usize> =
-        (0..want_dims).map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize).collect();
-    let n: usize = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or(()).or_else(|_| err(path, "dimensions overflow"))?;
+    let dims: Vec<usize> = (0..want_dims)
+        .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize)
+        .collect();
+    let n: usize = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or(())
+        .or_else(|_| err(path, "dimensions overflow"))?;
     let have = bytes.len() - header;
     if have != n {
         let what = if have < n { "short" } else { "too long" };

@@ -13,6 +13,7 @@
 
 pub mod fashion_mnist;
 pub mod idx;
+pub mod nets;
 pub mod quadratic;
 pub mod softmax;
 pub mod timing;
