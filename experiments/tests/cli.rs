@@ -247,7 +247,7 @@ fn the_default_runs_with_no_spec_and_draws_its_figures() {
 }
 
 #[test]
-fn a_burn_run_is_bit_identical_with_one_or_two_threads() {
+fn a_burn_run_is_bit_identical_with_one_or_two_threads_in_burn_and_in_the_gradient_pool() {
     let dir = tempfile::tempdir().unwrap();
     let spec = specs_dir().join("fashion_mlp.json");
     let mut digests = Vec::new();
@@ -255,6 +255,7 @@ fn a_burn_run_is_bit_identical_with_one_or_two_threads() {
         let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
             .current_dir(dir.path())
             .env("RAYON_NUM_THREADS", threads)
+            .env("DSGD_THREADS", threads)
             .args(["run", spec.to_str().unwrap(), "--out", &format!("t{threads}"), "--set", "stop.sim_time_s=1"])
             .output()
             .unwrap();

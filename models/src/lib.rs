@@ -59,6 +59,10 @@ pub trait Workload: Send + Sync {
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64;
     /// Evaluates `params`.
     fn evaluate(&self, params: &[f32]) -> Evaluation;
+    /// True if gradients are expensive enough to compute pending jobs on several threads.
+    fn parallel_gradients(&self) -> bool {
+        false
+    }
     /// Bytes of one full parameter (or gradient) vector on the wire.
     fn message_bytes(&self) -> u64 {
         4 * self.param_count() as u64

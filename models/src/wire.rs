@@ -44,4 +44,7 @@ impl Workload for WireSized {
     fn message_bytes(&self) -> u64 {
         self.bytes
     }
+    fn parallel_gradients(&self) -> bool {
+        self.inner.parallel_gradients()
+    }
 }

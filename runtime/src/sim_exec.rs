@@ -20,6 +20,35 @@ struct Job {
     params: Vec<f32>,
     batch: usize,
     seed: u64,
+    /// The gradient and minibatch loss, once computed (perhaps ahead of time, in parallel).
+    result: Option<(Vec<f32>, f64)>,
+}
+
+impl Job {
+    fn compute(&self, workload: &dyn Workload) -> (Vec<f32>, f64) {
+        let mut grad = vec![0f32; self.params.len()];
+        let loss = if self.params.is_empty() {
+            f64::NAN
+        } else {
+            workload.gradient(
+                &self.params,
+                GradRequest { worker: self.node, batch: self.batch, seed: self.seed },
+                &mut grad,
+            )
+        };
+        (grad, loss)
+    }
+}
+
+/// Threads for computing pending gradients ahead of time: `$DSGD_THREADS`, else the machine's
+/// cores. Gradient jobs are pure functions of their parameters and seed, so the thread count
+/// changes the wall time only, never a result.
+fn gradient_threads() -> usize {
+    std::env::var("DSGD_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
 }
 
 /// Why a run ended.
@@ -72,6 +101,7 @@ pub struct SimExecutor<P: Protocol> {
     proto_rngs: Vec<StreamRng>,
     clocks: Vec<Clock>,
     metrics: Metrics,
+    threads: usize,
 }
 
 /// The context handed to a handler: split borrows of the executor.
@@ -109,7 +139,7 @@ impl<M> Context<M> for Ctx<'_, M> {
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
         let (job, _) = self.sim.start_compute(self.rank, 1.0).expect("a live node computes");
         let seed = self.data_rng.next_u64();
-        self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed });
+        self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed, result: None });
         if self.clock.state != State::Phase(Phase::Computing) {
             self.clock.switch(
                 self.sim.now(),
@@ -172,6 +202,7 @@ impl<P: Protocol> SimExecutor<P> {
             data_rngs,
             proto_rngs,
             metrics: Metrics::default(),
+            threads: gradient_threads(),
         })
     }
 
@@ -258,6 +289,27 @@ impl<P: Protocol> SimExecutor<P> {
         }
     }
 
+    /// Computes every issued gradient job that has no result yet, on `threads` threads. The
+    /// jobs' parameters were fixed when they started, so this gives the same bits as computing
+    /// each one when it completes.
+    fn compute_pending(&mut self) {
+        let mut todo: Vec<&mut Job> = self.jobs.values_mut().filter(|j| j.result.is_none()).collect();
+        if todo.len() < 2 {
+            return;
+        }
+        let per = todo.len().div_ceil(self.threads);
+        let workload = &*self.workload;
+        std::thread::scope(|s| {
+            for chunk in todo.chunks_mut(per) {
+                s.spawn(move || {
+                    for j in chunk.iter_mut() {
+                        j.result = Some(j.compute(workload));
+                    }
+                });
+            }
+        });
+    }
+
     fn switch(&mut self, rank: usize, now: SimTime, to: State) {
         let window = SimTime::from_secs_f64(self.train.timeline_s);
         self.clocks[rank].switch(now, to, rank, window, &mut self.metrics.timeline);
@@ -268,13 +320,14 @@ impl<P: Protocol> SimExecutor<P> {
             Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
             Occurrence::Message { from, to, payload, .. } => self.with_ctx(to, |p, c| p.on_message(c, from, payload)),
             Occurrence::ComputeDone { node, job, .. } => {
-                let Job { node: owner, params, batch, seed } = self.jobs.remove(&job.0).expect("every job is recorded");
-                debug_assert_eq!(owner, node);
-                let mut grad = vec![0f32; params.len()];
-                let loss = if params.is_empty() {
-                    f64::NAN
-                } else {
-                    self.workload.gradient(&params, GradRequest { worker: node, batch, seed }, &mut grad)
+                if self.threads > 1 && self.workload.parallel_gradients() {
+                    self.compute_pending();
+                }
+                let j = self.jobs.remove(&job.0).expect("every job is recorded");
+                debug_assert_eq!(j.node, node);
+                let (grad, loss) = match j.result {
+                    Some(r) => r,
+                    None => j.compute(&*self.workload),
                 };
                 self.metrics.gradients += 1;
                 self.switch(node, now, State::Phase(Phase::Idle));

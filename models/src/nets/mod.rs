@@ -156,6 +156,9 @@ impl Workload for BurnNet {
     fn param_count(&self) -> usize {
         self.params
     }
+    fn parallel_gradients(&self) -> bool {
+        true
+    }
     fn init(&self) -> Vec<f32> {
         let device = Default::default();
         let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(self.init_seed);

@@ -1,0 +1,57 @@
+//! Gradient step time of the burn networks at batch 64 on the CPU: a plain loop (gradient, then
+//! SGD) against the same steps through the engine (a one-worker synchronous run). A run also
+//! evaluates the model at its start and end, so the engine's per-step cost is measured as the
+//! difference between runs of 2·STEPS and STEPS iterations, which cancels those fixed costs.
+//! Needs Fashion-MNIST installed.
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use dsgd_models::fashion_mnist::resolve_dir;
+use dsgd_models::nets::{dataset, BurnNet, NetKind};
+use dsgd_models::{GradRequest, Workload};
+use dsgd_runtime::protocols::sync::SyncConfig;
+use dsgd_runtime::run::{StopRule, TrainConfig};
+use dsgd_runtime::runner::{run, AlgorithmConfig};
+use dsgd_sim::SimConfig;
+use std::sync::Arc;
+
+const STEPS: u64 = 20;
+
+fn bench(c: &mut Criterion) {
+    let data = dataset(&resolve_dir(None)).expect("Fashion-MNIST (apt-get install dataset-fashion-mnist)");
+    let mut g = c.benchmark_group("burn_step_batch64_x20");
+    g.sample_size(10);
+    for (name, kind) in [("mlp", NetKind::Mlp { hidden: vec![128] }), ("cnn", NetKind::Cnn)] {
+        let net: Arc<dyn Workload> = Arc::new(BurnNet::new(kind, data.clone(), 1));
+        let init = net.init();
+        g.bench_function(format!("{name}/plain_loop"), |b| {
+            b.iter(|| {
+                let mut p = init.clone();
+                let mut grad = vec![0.0; p.len()];
+                for s in 0..STEPS {
+                    net.gradient(&p, GradRequest { worker: 0, batch: 64, seed: s }, &mut grad);
+                    p.iter_mut().zip(&grad).for_each(|(x, g)| *x -= 0.1 * g);
+                }
+                p
+            })
+        });
+        for steps in [STEPS, 2 * STEPS] {
+            g.bench_function(format!("{name}/through_engine_{steps}_iterations"), |b| {
+                b.iter(|| {
+                    let train = TrainConfig {
+                        batch: 64,
+                        eval_every_s: 1e9,
+                        stop: StopRule { sim_time_s: 1e9, iterations: Some(steps), ..Default::default() },
+                        ..Default::default()
+                    };
+                    run(&AlgorithmConfig::Sync(SyncConfig::default()), 1, &SimConfig::new(1, 1), net.clone(), train)
+                        .unwrap()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
