@@ -235,35 +235,11 @@ impl Default for ComputeSpec {
 #[serde(default, deny_unknown_fields)]
 pub struct StragglerSpec {
     /// Jitter distribution (default none).
-    pub jitter: JitterSpec,
+    pub jitter: Jitter,
     /// Rank -> factor, e.g. `{"3": 10}` for a 10x straggler.
     pub slow_nodes: BTreeMap<usize, f64>,
     /// Temporary slowdowns.
     pub slowdowns: Vec<SlowdownSpec>,
-}
-
-/// Step-time jitter.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum JitterSpec {
-    /// None.
-    #[default]
-    None,
-    /// Step = base · (1 + Exp(mean)).
-    Exponential {
-        /// Mean extra delay as a fraction of the step.
-        mean: f64,
-    },
-    /// Step = base · LogNormal with mean 1.
-    LogNormal {
-        /// Log-standard deviation.
-        sigma: f64,
-    },
-    /// Step = base · Pareto(1, alpha).
-    Pareto {
-        /// Tail index.
-        alpha: f64,
-    },
 }
 
 /// A temporary slowdown.
@@ -544,10 +520,10 @@ impl Spec {
         }
         let st = &self.compute.straggler;
         match st.jitter {
-            JitterSpec::None => {}
-            JitterSpec::Exponential { mean } => finite_nonneg("compute.straggler.jitter.mean", mean)?,
-            JitterSpec::LogNormal { sigma } => finite_nonneg("compute.straggler.jitter.sigma", sigma)?,
-            JitterSpec::Pareto { alpha } => finite_pos("compute.straggler.jitter.alpha", alpha)?,
+            Jitter::None => {}
+            Jitter::Exponential { mean } => finite_nonneg("compute.straggler.jitter.mean", mean)?,
+            Jitter::LogNormal { sigma } => finite_nonneg("compute.straggler.jitter.sigma", sigma)?,
+            Jitter::Pareto { alpha } => finite_pos("compute.straggler.jitter.alpha", alpha)?,
         }
         for (&n, &f) in &st.slow_nodes {
             self.rank_ok(format!("compute.straggler.slow_nodes.{n}"), n)?;
@@ -689,12 +665,7 @@ impl Spec {
         let compute = ComputeConfig {
             base: ms(self.compute.step_time_ms),
             per_node_base: self.compute.per_node_step_time_ms.iter().map(|(&n, &t)| (n, ms(t))).collect(),
-            jitter: match st.jitter {
-                JitterSpec::None => Jitter::None,
-                JitterSpec::Exponential { mean } => Jitter::Exponential { mean },
-                JitterSpec::LogNormal { sigma } => Jitter::LogNormal { sigma },
-                JitterSpec::Pareto { alpha } => Jitter::Pareto { alpha },
-            },
+            jitter: st.jitter,
             slow_nodes: st.slow_nodes.clone(),
             slowdowns: st
                 .slowdowns

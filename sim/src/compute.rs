@@ -16,10 +16,12 @@ use crate::time::{SimDuration, SimTime};
 use rand_distr::{Distribution, Exp, LogNormal, Pareto};
 use std::collections::BTreeMap;
 
-/// The distribution of the per-step jitter factor.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The distribution of the per-step jitter factor (in specs: `{"kind": "log_normal", "sigma": 0.3}`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Jitter {
     /// Every step takes exactly its base time.
+    #[default]
     None,
     /// Base plus an exponential delay with mean `mean`·base.
     Exponential {
