@@ -9,6 +9,15 @@ use dsgd_experiments::{plot, report};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Prints a line to stdout; a closed pipe (`dsgd ... | head`) is not an error worth a panic,
+/// and the work goes on (output files are written regardless).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 /// The embedded default: a small comparison of every algorithm on the noisy quadratic.
 const DEFAULT_SWEEP: &str = include_str!("../specs/default_sweep.json");
 
@@ -103,8 +112,8 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
     let outcome = execute(&spec, trace)?;
     let dir = write_run(&dest, &spec, &outcome)?;
     let s = &outcome.summary;
-    println!("{} with {} nodes, seed {}: {}", s.algorithm, s.nodes, s.seed, s.stop_reason);
-    println!(
+    out!("{} with {} nodes, seed {}: {}", s.algorithm, s.nodes, s.seed, s.stop_reason);
+    out!(
         "  simulated {:.3} s in {:.2} s wall; {} updates ({:.1}/s); final loss {}; accuracy {}; time to target {}",
         s.sim_time_s,
         s.wall_time_s,
@@ -114,8 +123,8 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
         s.final_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
         s.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.3} s")),
     );
-    println!("  digest {}  ({} events)", s.digest, s.events);
-    println!(
+    out!("  digest {}  ({} events)", s.digest, s.events);
+    out!(
         "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}}}",
         dir.display(),
         if trace { ",trace.json" } else { "" }
@@ -131,18 +140,18 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
     let mut md = format!("# {}\n\nMeans ± 95% confidence half-widths over seeds.\n\n", out.display());
     if best.len() < rows.len() {
         let t = report::table(&best);
-        println!("Best variant of each algorithm and node count:\n{t}");
+        out!("Best variant of each algorithm and node count:\n{t}");
         md.push_str(&format!("## Best variant of each algorithm and node count\n\n{t}\n## Every variant\n\n"));
         md.push_str(&report::table(&rows));
     } else {
         let t = report::table(&rows);
-        println!("{t}");
+        out!("{t}");
         md.push_str(&t);
     }
     write_atomic(&out.join("report.md"), md.as_bytes()).map_err(|e| e.to_string())?;
     if draw {
         let files = plot::all(&sweep::best_runs(&runs), &out.join("plots"))?;
-        println!(
+        out!(
             "report: {}  figures: {}/ ({} files)",
             out.join("report.md").display(),
             out.join("plots").display(),
@@ -153,7 +162,7 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
 }
 
 fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
-    println!("{} runs done now, {} already done earlier, {} failed", r.ran, r.skipped, r.failed.len());
+    out!("{} runs done now, {} already done earlier, {} failed", r.ran, r.skipped, r.failed.len());
     for (i, e) in &r.failed {
         eprintln!("run {i} failed: {e}");
     }
@@ -181,7 +190,7 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     }
     let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
     let out = out.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
-    println!(
+    out!(
         "Comparing every algorithm on the noisy quadratic: {} runs, {jobs} at a time, into {}",
         points.len(),
         out.display()
@@ -206,10 +215,10 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
         let csv = std::fs::read_to_string(r.dir.join("metrics.csv")).unwrap_or_default();
         let same_metrics = csv == dsgd_experiments::output::metrics_csv(&outcome.result);
         if outcome.summary.digest == r.summary.digest && same_summary && same_metrics {
-            println!("identical  {}  digest {}", r.dir.display(), r.summary.digest);
+            out!("identical  {}  digest {}", r.dir.display(), r.summary.digest);
         } else {
             bad += 1;
-            println!(
+            out!(
                 "DIFFERENT  {}  digest {} -> {}{}{}",
                 r.dir.display(),
                 r.summary.digest,
@@ -219,7 +228,7 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
             );
         }
     }
-    println!("{} of {} runs replayed identically", runs.len() - bad, runs.len());
+    out!("{} of {} runs replayed identically", runs.len() - bad, runs.len());
     Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
@@ -231,7 +240,7 @@ fn plot_dirs(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<ExitCode, String>
     let out = out.unwrap_or_else(|| dirs[0].join("plots"));
     let files = plot::all(&sweep::best_runs(&runs), &out)?;
     for f in &files {
-        println!("{}", f.display());
+        out!("{}", f.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -283,3 +283,20 @@ fn missing_fashion_mnist_says_how_to_install_it() {
     assert!(msg.contains("workload.data_dir") && msg.contains("apt-get install dataset-fashion-mnist"), "{msg}");
     assert!(!dir.path().join("out").exists());
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = specs_dir().join("easgd.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir.path())
+        .args(["run", spec.to_str().unwrap(), "--out", "r"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // like `dsgd run ... | head -0`
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("r/summary.json").exists());
+}
