@@ -133,7 +133,7 @@ impl Summary {
             updates: r.metrics.updates,
             updates_per_s: if sim_time_s > 0.0 { r.metrics.updates as f64 / sim_time_s } else { 0.0 },
             gradients: r.metrics.gradients,
-            iterations: r.metrics.iterations,
+            iterations: r.metrics.iterations(),
             iteration_time_s,
             final_loss: last.and_then(|s| finite(s.loss)),
             final_accuracy: last.and_then(|s| s.accuracy),

@@ -27,7 +27,7 @@ fn sync_100_nodes_1000_iterations() -> u64 {
     };
     let r = run(&AlgorithmConfig::Sync(SyncConfig::default()), 100, &sim, Arc::new(Timing::new(11_689_512)), train)
         .unwrap();
-    assert_eq!(r.metrics.iterations, 1000);
+    assert_eq!(r.metrics.iterations(), 1000);
     r.stats.messages_sent
 }
 

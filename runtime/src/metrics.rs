@@ -120,8 +120,6 @@ pub struct Metrics {
     pub staleness: BTreeMap<u64, u64>,
     /// Durations of synchronous iterations (as recorded by rank 0's view, or any recorder).
     pub iteration_times: Vec<SimDuration>,
-    /// Recorded iterations per rank (sync).
-    pub iterations: u64,
     /// Notes.
     pub notes: Vec<Note>,
     /// What each node did over the first `timeline_s` seconds.
@@ -129,6 +127,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Synchronous iterations recorded.
+    pub fn iterations(&self) -> u64 {
+        self.iteration_times.len() as u64
+    }
+
     /// Mean staleness of applied updates.
     pub fn mean_staleness(&self) -> f64 {
         let (n, s) = self.staleness.iter().fold((0u64, 0u64), |(n, s), (&k, &c)| (n + c, s + k * c));

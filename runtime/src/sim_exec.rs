@@ -164,7 +164,6 @@ impl<M> Context<M> for Ctx<'_, M> {
         *self.metrics.staleness.entry(staleness).or_default() += 1;
     }
     fn record_iteration(&mut self, took: SimDuration) {
-        self.metrics.iterations += 1;
         self.metrics.iteration_times.push(took);
     }
     fn random(&mut self) -> u64 {
@@ -268,7 +267,8 @@ impl<P: Protocol> SimExecutor<P> {
         (model, distance, replicas)
     }
 
-    fn evaluate(&mut self, per_node: bool) -> Sample {
+    /// Evaluates the consensus model; returns the sample and the model.
+    fn evaluate(&mut self, per_node: bool) -> (Sample, Vec<f32>) {
         let (model, distance, replicas) = self.consensus();
         let eval = self.workload.evaluate(&model);
         let node_losses = if per_node && !self.workload.timing_only() {
@@ -278,7 +278,7 @@ impl<P: Protocol> SimExecutor<P> {
         };
         self.sim.absorb(eval.loss.to_bits());
         self.sim.absorb(distance.to_bits());
-        Sample {
+        let sample = Sample {
             time_s: self.sim.now().as_secs_f64(),
             loss: eval.loss,
             accuracy: eval.accuracy,
@@ -286,7 +286,8 @@ impl<P: Protocol> SimExecutor<P> {
             node_losses,
             updates: self.metrics.updates,
             live: (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count(),
-        }
+        };
+        (sample, model)
     }
 
     /// Computes every issued gradient job that has no result yet, on `threads` threads. The
@@ -367,7 +368,7 @@ impl<P: Protocol> SimExecutor<P> {
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
                 self.dispatch(now, occ);
-                if stop.iterations.is_some_and(|n| self.metrics.iterations >= n) {
+                if stop.iterations.is_some_and(|n| self.metrics.iterations() >= n) {
                     break StopReason::Iterations;
                 }
                 if stop.updates.is_some_and(|n| self.metrics.updates >= n) {
@@ -383,7 +384,7 @@ impl<P: Protocol> SimExecutor<P> {
                 next_eval = end; // nothing will change: jump to the end
             }
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
-            let sample = self.evaluate(self.train.eval_per_node);
+            let (sample, _) = self.evaluate(self.train.eval_per_node);
             let hit = reached(&sample);
             self.metrics.samples.push(sample);
             if hit {
@@ -400,12 +401,11 @@ impl<P: Protocol> SimExecutor<P> {
         };
         let now = self.sim.now();
         // The final evaluation, always with per-node losses.
-        let last = self.evaluate(true);
+        let (last, final_params) = self.evaluate(true);
         if self.metrics.samples.last().is_some_and(|s| s.time_s == last.time_s) {
             self.metrics.samples.pop();
         }
         self.metrics.samples.push(last);
-        let (final_params, _, _) = self.consensus();
         self.sim.absorb_f32s(&final_params);
         for r in 0..self.clocks.len() {
             let state = self.clocks[r].state;

@@ -30,7 +30,7 @@ fn sync_ring_iteration_takes_compute_plus_the_ring_cost() {
         let measured = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
         let expected = 0.1 + 2.0 * (n as f64 - 1.0) * (50e-6 + s / n as f64 * 8.0 / 10e9);
         assert!((measured / expected - 1.0).abs() < 0.01, "n={n}: {measured} vs {expected}");
-        assert_eq!(r.metrics.iterations, 20);
+        assert_eq!(r.metrics.iterations(), 20);
     }
 }
 
