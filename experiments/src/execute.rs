@@ -4,7 +4,9 @@ use crate::output::{metrics_csv, timeline_csv, Staging, Summary};
 use crate::spec::Spec;
 use dsgd_runtime::runner;
 use dsgd_runtime::sim_exec::RunResult;
+use dsgd_runtime::timing::{GradientTiming, Recording};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A finished run.
@@ -15,15 +17,38 @@ pub struct Outcome {
     pub summary: Summary,
 }
 
-/// Runs a (validated) spec. The wall clock is read only to report `wall_time_s`.
+/// Runs a (validated) spec. The wall clock is read only to report `wall_time_s` (and, where the
+/// spec asks for measured gradient times, to time each gradient).
 pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome, String> {
+    execute_with(spec, trace, None)
+}
+
+/// [`execute`], with gradient durations from `recording` when given (the replay of a measured run).
+pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> Result<Outcome, String> {
     let mut r = spec.resolve().map_err(|e| e.to_string())?;
     r.sim.trace = trace;
+    if let Some(rec) = recording {
+        r.timing = GradientTiming::Replay(Arc::new(rec));
+    }
     let started = Instant::now();
-    let result = runner::run(&r.algorithm, r.workers, &r.sim, r.workload, r.train).map_err(|e| e.to_string())?;
+    let result =
+        runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload, r.train, r.timing).map_err(|e| e.to_string())?;
     let wall = started.elapsed().as_secs_f64();
     let summary = Summary::new(spec, &result, wall);
     Ok(Outcome { result, summary })
+}
+
+/// The file of a run folder that holds measured gradient durations.
+pub const GRADIENT_TIMES: &str = "gradient_times.csv";
+
+/// The measured gradient durations saved in run folder `dir`, if it has them.
+pub fn saved_recording(dir: &Path) -> Result<Option<Recording>, String> {
+    let path = dir.join(GRADIENT_TIMES);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Recording::from_csv(&text, &path.display().to_string()).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// Writes a run's folder atomically at `dest`.
@@ -35,6 +60,9 @@ pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf, Str
     stage.write("summary.json", json(&out.summary).as_bytes()).map_err(io)?;
     stage.write("metrics.csv", metrics_csv(&out.result).as_bytes()).map_err(io)?;
     stage.write("timeline.csv", timeline_csv(&out.result).as_bytes()).map_err(io)?;
+    if let Some(rec) = &out.result.recording {
+        stage.write(GRADIENT_TIMES, rec.to_csv().as_bytes()).map_err(io)?;
+    }
     if let Some(trace) = &out.result.trace {
         let mut buf = Vec::new();
         trace.write_chrome(spec.ranks(), &mut buf).map_err(|e| e.to_string())?;

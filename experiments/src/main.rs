@@ -1,9 +1,10 @@
 //! `dsgd`: run, sweep, replay and plot distributed-SGD experiments on a simulated cluster.
 
 use clap::{Parser, Subcommand};
-use dsgd_experiments::execute::{execute, write_run};
+use dsgd_experiments::execute::{execute, execute_with, write_run};
 use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::{fresh_dir, write_atomic};
+use dsgd_experiments::spec::GradientTime;
 use dsgd_experiments::sweep::{self, RunRecord};
 use dsgd_experiments::{plot, report};
 use std::path::{Path, PathBuf};
@@ -205,7 +206,15 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
     let runs = sweep::collect_runs(dir)?;
     let mut bad = 0;
     for r in &runs {
-        let outcome = execute(&r.spec, false)?;
+        let recording = dsgd_experiments::execute::saved_recording(&r.dir)?;
+        if recording.is_none() && r.spec.compute.gradient_time == GradientTime::Measured {
+            return Err(format!(
+                "{}: a measured run without its {}; it cannot be replayed",
+                r.dir.display(),
+                dsgd_experiments::execute::GRADIENT_TIMES
+            ));
+        }
+        let outcome = execute_with(&r.spec, false, recording)?;
         let strip = |s: &dsgd_experiments::output::Summary| {
             let mut v = serde_json::to_value(s).expect("serialises");
             v.as_object_mut().expect("object").remove("wall_time_s");

@@ -15,6 +15,7 @@ use dsgd_runtime::optimizer::OptimizerConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::AlgorithmConfig;
+use dsgd_runtime::timing::GradientTiming;
 use dsgd_sim::{
     Bandwidth, ComputeConfig, Fault, FaultConfig, Jitter, NetMode, NetworkConfig, NicOverride, RandomFailures,
     SimConfig, SimDuration, SimTime, Slowdown, Topology,
@@ -142,9 +143,9 @@ pub enum WorkloadSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_params: Option<usize>,
     },
-    /// A burn network on Fashion-MNIST (CPU, `flex` backend).
+    /// A burn network on Fashion-MNIST (CPU `flex` backend, or CUDA with the `cuda` feature).
     Burn {
-        /// `mlp` or `cnn`.
+        /// `mlp`, `cnn`, `resnet20` or `resnet18`.
         model: BurnModel,
         /// Hidden widths of the MLP (default [128]).
         #[serde(default = "d_hidden")]
@@ -158,7 +159,24 @@ pub enum WorkloadSpec {
         /// Parameters on the wire (default: the model's own count).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_params: Option<usize>,
+        /// Where gradients are computed: `cpu` (default) or `cuda` / `cuda:N`.
+        #[serde(default = "d_device")]
+        device: String,
+        /// Evaluate on the first this many test images (default: all 10,000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        test_samples: Option<usize>,
+        /// Training images that set BatchNorm statistics at evaluation (default 512).
+        #[serde(default = "d_bn_calibration")]
+        bn_calibration: usize,
     },
+}
+
+fn d_bn_calibration() -> usize {
+    nets::BN_CALIBRATION
+}
+
+fn d_device() -> String {
+    "cpu".into()
 }
 
 /// The burn networks.
@@ -169,6 +187,10 @@ pub enum BurnModel {
     Mlp,
     /// Two convolutions and a linear layer.
     Cnn,
+    /// The CIFAR-style ResNet-20 (BatchNorm).
+    Resnet20,
+    /// torchvision's ResNet-18 (BatchNorm).
+    Resnet18,
 }
 
 fn d_hidden() -> Vec<usize> {
@@ -216,6 +238,8 @@ impl Default for WorkloadSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ComputeSpec {
+    /// Where gradient durations come from: `model` (default) or `measured`.
+    pub gradient_time: GradientTime,
     /// Time of one gradient on one worker, milliseconds (default 100).
     pub step_time_ms: f64,
     /// Workers whose step time differs, by rank (heterogeneous clusters).
@@ -226,8 +250,26 @@ pub struct ComputeSpec {
 
 impl Default for ComputeSpec {
     fn default() -> Self {
-        ComputeSpec { step_time_ms: 100.0, per_node_step_time_ms: BTreeMap::new(), straggler: StragglerSpec::default() }
+        ComputeSpec {
+            gradient_time: GradientTime::Model,
+            step_time_ms: 100.0,
+            per_node_step_time_ms: BTreeMap::new(),
+            straggler: StragglerSpec::default(),
+        }
     }
+}
+
+/// The source of gradient durations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradientTime {
+    /// The compute model: `step_time_ms`, per-node times and jitter (deterministic).
+    #[default]
+    Model,
+    /// Each real gradient's wall time on this machine, recorded in `gradient_times.csv` so that
+    /// `dsgd replay` reproduces the run exactly. Stragglers still multiply it; jitter and step
+    /// times are not used.
+    Measured,
 }
 
 /// Stragglers: jitter on every step, persistently slow nodes, temporary slowdowns.
@@ -441,6 +483,8 @@ pub struct Resolved {
     pub workload: Arc<dyn Workload>,
     /// Training settings.
     pub train: TrainConfig,
+    /// Where gradient durations come from (a replay sets [`GradientTiming::Replay`]).
+    pub timing: GradientTiming,
 }
 
 impl Spec {
@@ -489,7 +533,16 @@ impl Spec {
                     return bad("workload.x0", "must be a finite number");
                 }
             }
-            WorkloadSpec::Burn { hidden, wire_params, .. } => {
+            WorkloadSpec::Burn { hidden, wire_params, device, test_samples, bn_calibration, .. } => {
+                if let Err(e) = nets::Device::parse(device) {
+                    return bad("workload.device", e);
+                }
+                if !(1..=10_000).contains(&test_samples.unwrap_or(1)) {
+                    return bad("workload.test_samples", "must be from 1 to 10000 (the test set's size)");
+                }
+                if !(1..=60_000).contains(bn_calibration) {
+                    return bad("workload.bn_calibration", "must be from 1 to 60000 (the training set's size)");
+                }
                 if *wire_params == Some(0) {
                     return bad("workload.wire_params", "must be at least 1");
                 }
@@ -699,15 +752,31 @@ impl Spec {
             faults.schedule.push(fault);
         }
         let (workload, wire): (Arc<dyn Workload>, Option<usize>) = match &self.workload {
-            WorkloadSpec::Burn { model, hidden, data_dir, init_seed, wire_params } => {
+            WorkloadSpec::Burn {
+                model,
+                hidden,
+                data_dir,
+                init_seed,
+                wire_params,
+                device,
+                test_samples,
+                bn_calibration,
+            } => {
                 let dir = fashion_mnist::resolve_dir(data_dir.as_deref().map(std::path::Path::new));
                 let data = nets::dataset(&dir)
                     .map_err(|e| FieldError { field: "workload.data_dir".into(), problem: e.to_string() })?;
                 let kind = match model {
                     BurnModel::Mlp => NetKind::Mlp { hidden: hidden.clone() },
                     BurnModel::Cnn => NetKind::Cnn,
+                    BurnModel::Resnet20 => NetKind::ResNet20,
+                    BurnModel::Resnet18 => NetKind::ResNet18,
                 };
-                (Arc::new(BurnNet::new(kind, data, *init_seed)), *wire_params)
+                let device = nets::Device::parse(device)
+                    .map_err(|problem| FieldError { field: "workload.device".into(), problem })?;
+                let net = BurnNet::with_device(kind, data, *init_seed, device)
+                    .map_err(|problem| FieldError { field: "workload.device".into(), problem })?
+                    .with_evaluation(test_samples.unwrap_or(usize::MAX), *bn_calibration);
+                (Arc::new(net), *wire_params)
             }
             _ => self.simple_workload(),
         };
@@ -724,6 +793,10 @@ impl Spec {
             timeline_s: self.eval.timeline_s,
         };
         let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
-        Ok(Resolved { algorithm: self.algorithm, workers: self.nodes, sim, workload, train })
+        let timing = match self.compute.gradient_time {
+            GradientTime::Model => GradientTiming::Model,
+            GradientTime::Measured => GradientTiming::Measure,
+        };
+        Ok(Resolved { algorithm: self.algorithm, workers: self.nodes, sim, workload, train, timing })
     }
 }

@@ -300,3 +300,30 @@ fn a_closed_stdout_is_not_a_crash() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(dir.path().join("r/summary.json").exists());
 }
+
+#[test]
+fn a_measured_run_replays_exactly_from_its_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"nodes": 3, "algorithm": {"kind": "async_ps"}, "batch": 16,
+            "workload": {"kind": "burn", "model": "mlp", "hidden": [32], "test_samples": 500},
+            "compute": {"gradient_time": "measured", "straggler": {"slow_nodes": {"2": 4}}},
+            "eval": {"every_s": 0.02}, "stop": {"sim_time_s": 0.1}}"#,
+    )
+    .unwrap();
+    let o = dsgd(dir.path(), &["run", "m.json", "--out", "m"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let times = std::fs::read_to_string(dir.path().join("m/gradient_times.csv")).unwrap();
+    let per_rank = |r: &str| times.lines().filter(|l| l.starts_with(&format!("{r},"))).count();
+    assert!(per_rank("0") >= 3, "{times}");
+    // The 4x straggler computes about a quarter as many gradients in the same simulated time.
+    assert!(per_rank("2") * 2 < per_rank("0"), "{times}");
+    let o = dsgd(dir.path(), &["replay", "m"]);
+    assert!(o.status.success() && text(&o).contains("identical"), "{}", text(&o));
+    // A recording that runs out is an error, not a different run.
+    let short: String = times.lines().take(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.path().join("m/gradient_times.csv"), short).unwrap();
+    let o = dsgd(dir.path(), &["replay", "m"]);
+    assert!(!o.status.success() && text(&o).contains("compute.gradient_time"), "{}", text(&o));
+}

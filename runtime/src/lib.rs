@@ -9,3 +9,4 @@ pub mod protocols;
 pub mod run;
 pub mod runner;
 pub mod sim_exec;
+pub mod timing;

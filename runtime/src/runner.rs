@@ -12,6 +12,7 @@ use crate::protocols::gossip::{GossipConfig, GossipNode};
 use crate::protocols::sync::{SyncConfig, SyncWorker};
 use crate::run::TrainConfig;
 use crate::sim_exec::{RunResult, SimExecutor};
+use crate::timing::GradientTiming;
 use dsgd_models::Workload;
 use dsgd_sim::{SimConfig, SimError};
 use serde::{Deserialize, Serialize};
@@ -100,7 +101,7 @@ impl AlgorithmConfig {
 }
 
 /// Runs `algorithm` with `workers` workers on the cluster `sim` (whose `nodes` is set here to
-/// the number of ranks).
+/// the number of ranks), with gradient durations from the compute model.
 pub fn run(
     algorithm: &AlgorithmConfig,
     workers: usize,
@@ -108,6 +109,24 @@ pub fn run(
     workload: Arc<dyn Workload>,
     train: TrainConfig,
 ) -> Result<RunResult, SimError> {
+    run_timed(algorithm, workers, sim, workload, train, GradientTiming::Model)
+}
+
+/// [`run`] with gradient durations from `timing`.
+pub fn run_timed(
+    algorithm: &AlgorithmConfig,
+    workers: usize,
+    sim: &SimConfig,
+    workload: Arc<dyn Workload>,
+    train: TrainConfig,
+    timing: GradientTiming,
+) -> Result<RunResult, SimError> {
+    if !matches!(timing, GradientTiming::Model) && workload.timing_only() {
+        return Err(SimError::config(
+            "compute.gradient_time",
+            format!("\"measured\" needs real gradients; workload {} computes none", workload.name()),
+        ));
+    }
     if workers == 0 {
         return Err(SimError::config("nodes", "must be at least 1"));
     }
@@ -126,23 +145,23 @@ pub fn run(
                 });
             }
             let roles = (0..workers).map(|_| SyncWorker::new(c, batch, opt, workers)).collect();
-            SimExecutor::new(&sim, roles, workload, train)?.run()
+            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
         }
         AlgorithmConfig::AsyncPs(c) => {
             let mut roles: Vec<PsRole> =
                 (0..workers).map(|_| Role::Worker(PsWorker::new(workers, c.shards, batch, c))).collect();
             roles.extend((0..c.shards).map(|s| Role::Server(Shard::new(s, c.shards, workers, c, opt))));
-            SimExecutor::new(&sim, roles, workload, train)?.run()
+            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
         }
         AlgorithmConfig::Easgd(c) => {
             let mut roles: Vec<EasgdRole> =
                 (0..workers).map(|_| Role::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
             roles.push(Role::Server(Centre::new(c.alpha_for(workers))));
-            SimExecutor::new(&sim, roles, workload, train)?.run()
+            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
         }
         AlgorithmConfig::Gossip(c) => {
             let roles = (0..workers).map(|_| GossipNode::new(c, batch, opt)).collect();
-            SimExecutor::new(&sim, roles, workload, train)?.run()
+            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
         }
     })
 }

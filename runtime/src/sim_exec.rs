@@ -9,6 +9,7 @@
 use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
+use crate::timing::{GradientTiming, Recording};
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimStats, SimTime, StreamRng, TimerId};
 use rand::RngCore;
@@ -88,6 +89,43 @@ pub struct RunResult {
     pub final_params: Vec<f32>,
     /// The engine's event trace, when tracing was on.
     pub trace: Option<dsgd_sim::Trace>,
+    /// The gradient durations used, when they were measured or replayed.
+    pub recording: Option<Recording>,
+}
+
+/// The gradient timing of a run and what it has used so far.
+struct Timing {
+    mode: GradientTiming,
+    used: Recording,
+    /// The first replay entry that was missing.
+    error: Option<String>,
+}
+
+impl Timing {
+    /// The duration of `rank`'s next gradient, or `None` under the compute model.
+    fn next(&mut self, rank: usize, job: &mut Job, workload: &dyn Workload) -> Option<SimDuration> {
+        let k = self.used.per_rank[rank].len();
+        let ns = match &self.mode {
+            GradientTiming::Model => return None,
+            GradientTiming::Measure => {
+                // The one read of the wall clock on the simulated path: recorded for replay.
+                let started = std::time::Instant::now();
+                job.result = Some(job.compute(workload));
+                started.elapsed().as_nanos().max(1) as u64
+            }
+            GradientTiming::Replay(rec) => match rec.per_rank.get(rank).and_then(|v| v.get(k)) {
+                Some(&ns) => ns,
+                None => {
+                    self.error.get_or_insert_with(|| {
+                        format!("the recording has no duration for gradient {k} of rank {rank}; it was made by another spec")
+                    });
+                    1
+                }
+            },
+        };
+        self.used.per_rank[rank].push(ns);
+        Some(SimDuration(ns))
+    }
 }
 
 /// Drives a protocol on the simulator.
@@ -102,6 +140,7 @@ pub struct SimExecutor<P: Protocol> {
     clocks: Vec<Clock>,
     metrics: Metrics,
     threads: usize,
+    timing: Timing,
 }
 
 /// The context handed to a handler: split borrows of the executor.
@@ -115,6 +154,7 @@ struct Ctx<'a, M> {
     clock: &'a mut Clock,
     metrics: &'a mut Metrics,
     window: SimTime,
+    timing: &'a mut Timing,
 }
 
 impl<M> Context<M> for Ctx<'_, M> {
@@ -137,9 +177,14 @@ impl<M> Context<M> for Ctx<'_, M> {
         let _ = self.sim.cancel_timer(timer); // already fired: nothing to do
     }
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
-        let (job, _) = self.sim.start_compute(self.rank, 1.0).expect("a live node computes");
         let seed = self.data_rng.next_u64();
-        self.jobs.insert(job.0, Job { node: self.rank, params, batch, seed, result: None });
+        let mut j = Job { node: self.rank, params, batch, seed, result: None };
+        let (job, _) = match self.timing.next(self.rank, &mut j, self.workload) {
+            None => self.sim.start_compute(self.rank, 1.0),
+            Some(took) => self.sim.start_compute_measured(self.rank, took),
+        }
+        .expect("a live node computes");
+        self.jobs.insert(job.0, j);
         if self.clock.state != State::Phase(Phase::Computing) {
             self.clock.switch(
                 self.sim.now(),
@@ -202,7 +247,14 @@ impl<P: Protocol> SimExecutor<P> {
             proto_rngs,
             metrics: Metrics::default(),
             threads: gradient_threads(),
+            timing: Timing { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
+    }
+
+    /// Sets where gradient durations come from (the compute model by default).
+    pub fn with_timing(mut self, mode: GradientTiming) -> Self {
+        self.timing.mode = mode;
+        self
     }
 
     fn with_ctx(&mut self, rank: usize, f: impl FnOnce(&mut P, &mut dyn Context<P::Msg>)) {
@@ -216,6 +268,7 @@ impl<P: Protocol> SimExecutor<P> {
             clock: &mut self.clocks[rank],
             metrics: &mut self.metrics,
             window: SimTime::from_secs_f64(self.train.timeline_s),
+            timing: &mut self.timing,
         };
         f(&mut self.roles[rank], &mut ctx);
     }
@@ -351,8 +404,8 @@ impl<P: Protocol> SimExecutor<P> {
         }
     }
 
-    /// Runs to the stopping rule and reports.
-    pub fn run(mut self) -> RunResult {
+    /// Runs to the stopping rule and reports; an error if a replayed recording runs out.
+    pub fn run(mut self) -> Result<RunResult, SimError> {
         let stop = self.train.stop;
         let end = SimTime::from_secs_f64(stop.sim_time_s);
         let every = SimDuration::from_secs_f64(self.train.eval_every_s).max(SimDuration(1));
@@ -368,6 +421,9 @@ impl<P: Protocol> SimExecutor<P> {
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
                 self.dispatch(now, occ);
+                if let Some(e) = self.timing.error.take() {
+                    return Err(SimError::config("compute.gradient_time", e));
+                }
                 if stop.iterations.is_some_and(|n| self.metrics.iterations() >= n) {
                     break StopReason::Iterations;
                 }
@@ -411,7 +467,11 @@ impl<P: Protocol> SimExecutor<P> {
             let state = self.clocks[r].state;
             self.switch(r, now, state);
         }
-        RunResult {
+        let recording = match self.timing.mode {
+            GradientTiming::Model => None,
+            _ => Some(self.timing.used),
+        };
+        Ok(RunResult {
             digest: self.sim.digest().value(),
             stop: reason,
             sim_time: now,
@@ -421,6 +481,7 @@ impl<P: Protocol> SimExecutor<P> {
             final_params,
             trace: self.sim.trace().cloned(),
             metrics: self.metrics,
-        }
+            recording,
+        })
     }
 }

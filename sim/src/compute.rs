@@ -175,13 +175,19 @@ impl ComputeModel {
             Sampler::LogNormal(d) => d.sample(rng),
             Sampler::Pareto(d) => d.sample(rng),
         };
-        let mut factor = work * jitter * self.slow[node];
+        self.base[node].mul_f64(work * jitter * self.straggling(node, now))
+    }
+
+    /// The factor by which `node` is slowed at `now`: its persistent slowness times every
+    /// slowdown window it is in (1.0 for a healthy node).
+    pub fn straggling(&self, node: usize, now: SimTime) -> f64 {
+        let mut factor = self.slow[node];
         for s in &self.slowdowns {
             if s.node.is_none_or(|n| n == node) && s.from <= now && now < s.until {
                 factor *= s.factor;
             }
         }
-        self.base[node].mul_f64(factor)
+        factor
     }
 }
 

@@ -401,6 +401,21 @@ impl<M> Sim<M> {
         Ok((JobId(job), end))
     }
 
+    /// Starts a computation on `node` whose healthy duration was measured elsewhere (a real
+    /// gradient timed on the device, or read back from a recording): the engine's stragglers
+    /// still apply, its jitter does not (no jitter number is drawn).
+    pub fn start_compute_measured(&mut self, node: usize, measured: SimDuration) -> Result<(JobId, SimTime)> {
+        self.check_up(node)?;
+        let state = self.nodes[node];
+        let start = self.now().max(state.compute_free);
+        let end = start + measured.mul_f64(self.compute.straggling(node, start));
+        self.nodes[node].compute_free = end;
+        let job = self.next_job;
+        self.next_job += 1;
+        self.push(end, Ev::Compute { node: node as u32, inc: state.inc, job, started: start })?;
+        Ok((JobId(job), end))
+    }
+
     fn record(&mut self, at: SimTime, start: SimTime, kind: EventKind, node: u32, peer: u32, bytes: u64) {
         self.digest.absorb_event(at.as_nanos(), kind as u8, node, peer, bytes);
         if let Some(t) = &mut self.trace {

@@ -1,5 +1,9 @@
-//! Flat exchange: a module's float parameters leave as one `f32` vector (one concatenation, one
-//! read-back) and enter from one, in the module's visiting order; gradients likewise.
+//! Flat exchange: a module's trainable parameters leave as one `f32` vector (one concatenation,
+//! one read-back) and enter from one, in the module's visiting order; gradients likewise.
+//!
+//! BatchNorm running statistics are visited by burn as float "parameters" too; they are state,
+//! not parameters, and are left out of every flat vector here (their field names start with
+//! `running_`). See [`super`] for how they are set at evaluation.
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -7,21 +11,59 @@ use burn::tensor::{Tensor, TensorData};
 use rand::Rng;
 use rand_chacha::ChaCha12Rng;
 
+/// The field names on the path to the parameter being visited.
+#[derive(Default)]
+struct Path(Vec<String>);
+
+impl Path {
+    fn enter(&mut self, name: &str) {
+        self.0.push(name.to_string());
+    }
+    fn exit(&mut self) {
+        self.0.pop();
+    }
+    fn field(&self) -> &str {
+        self.0.last().map_or("", String::as_str)
+    }
+    /// True for state that is not a trainable parameter (BatchNorm running statistics).
+    fn is_state(&self) -> bool {
+        self.field().starts_with("running_")
+    }
+}
+
+macro_rules! track_path {
+    () => {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+    };
+}
+
 struct Collect<B: Backend> {
+    path: Path,
     parts: Vec<Tensor<B, 1>>,
+    count: usize,
 }
 
 impl<B: Backend> ModuleVisitor<B> for Collect<B> {
+    track_path!();
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.path.is_state() {
+            return;
+        }
         let t = param.val();
         let n = t.shape().num_elements();
+        self.count += n;
         self.parts.push(t.reshape([n]));
     }
 }
 
-/// The module's float parameters as one vector.
+/// The module's trainable parameters as one vector.
 pub fn to_flat<B: Backend, M: Module<B>>(module: &M) -> Vec<f32> {
-    let mut c = Collect { parts: Vec::new() };
+    let mut c = Collect { path: Path::default(), parts: Vec::new(), count: 0 };
     module.visit(&mut c);
     if c.parts.is_empty() {
         return Vec::new();
@@ -29,49 +71,88 @@ pub fn to_flat<B: Backend, M: Module<B>>(module: &M) -> Vec<f32> {
     Tensor::cat(c.parts, 0).into_data().to_vec::<f32>().expect("float parameters are f32")
 }
 
-/// Number of float parameters.
+struct Count {
+    path: Path,
+    trainable: usize,
+    state: usize,
+}
+
+impl<B: Backend> ModuleVisitor<B> for Count {
+    track_path!();
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let n = param.shape().num_elements();
+        if self.path.is_state() {
+            self.state += n;
+        } else {
+            self.trainable += n;
+        }
+    }
+}
+
+/// Number of trainable parameters (BatchNorm running statistics excluded).
 pub fn count<B: Backend, M: Module<B>>(module: &M) -> usize {
-    module.num_params()
+    counts(module).0
+}
+
+/// `(trainable parameters, state values)`: state is BatchNorm running statistics.
+pub fn counts<B: Backend, M: Module<B>>(module: &M) -> (usize, usize) {
+    let mut c = Count { path: Path::default(), trainable: 0, state: 0 };
+    module.visit(&mut c);
+    (c.trainable, c.state)
+}
+
+fn replace<B: Backend, const D: usize>(param: Param<Tensor<B, D>>, values: Vec<f32>) -> Param<Tensor<B, D>> {
+    let shape = param.shape();
+    let device = param.lazy_device();
+    param.map(|old| {
+        let t = Tensor::<B, D>::from_data(TensorData::new(values, shape), &device);
+        if old.is_require_grad() {
+            t.require_grad()
+        } else {
+            t
+        }
+    })
 }
 
 struct Load<'a> {
+    path: Path,
     src: &'a [f32],
     pos: usize,
 }
 
 impl<B: Backend> ModuleMapper<B> for Load<'_> {
+    track_path!();
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let shape = param.shape();
-        let n = shape.num_elements();
-        let data = TensorData::new(self.src[self.pos..self.pos + n].to_vec(), shape);
+        if self.path.is_state() {
+            return param;
+        }
+        let n = param.shape().num_elements();
+        let values = self.src[self.pos..self.pos + n].to_vec();
         self.pos += n;
-        let device = param.lazy_device();
-        param.map(|old| {
-            let t = Tensor::<B, D>::from_data(data, &device);
-            if old.is_require_grad() {
-                t.require_grad()
-            } else {
-                t
-            }
-        })
+        replace(param, values)
     }
 }
 
-/// Loads `flat` (as produced by [`to_flat`]) into `module`.
+/// Loads `flat` (as produced by [`to_flat`]) into `module`; its running statistics are kept.
 pub fn from_flat<B: Backend, M: Module<B>>(module: M, flat: &[f32]) -> M {
-    let mut l = Load { src: flat, pos: 0 };
+    let mut l = Load { path: Path::default(), src: flat, pos: 0 };
     let m = module.map(&mut l);
     assert_eq!(l.pos, flat.len(), "flat vector length does not match the module");
     m
 }
 
 struct Grads<'a, B: AutodiffBackend> {
+    path: Path,
     grads: &'a B::Gradients,
     parts: Vec<Tensor<B::InnerBackend, 1>>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Grads<'_, B> {
+    track_path!();
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.path.is_state() {
+            return;
+        }
         let t = param.val();
         let n = t.shape().num_elements();
         let g = match t.grad(self.grads) {
@@ -83,9 +164,9 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Grads<'_, B> {
 }
 
 /// The gradients of `module`'s parameters as one vector, in [`to_flat`]'s order (zeros for
-/// parameters that take no gradient).
+/// parameters that took no part in the loss).
 pub fn grads_flat<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients) -> Vec<f32> {
-    let mut g = Grads::<B> { grads, parts: Vec::new() };
+    let mut g = Grads::<B> { path: Path::default(), grads, parts: Vec::new() };
     module.visit(&mut g);
     if g.parts.is_empty() {
         return Vec::new();
@@ -94,40 +175,38 @@ pub fn grads_flat<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradi
 }
 
 struct Init<'a> {
+    path: Path,
     rng: &'a mut ChaCha12Rng,
 }
 
 impl<B: Backend> ModuleMapper<B> for Init<'_> {
+    track_path!();
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let shape = param.shape();
+        if self.path.is_state() {
+            return param;
+        }
         let dims: Vec<usize> = param.val().dims().to_vec();
-        let n = shape.num_elements();
+        let n: usize = dims.iter().product();
         // He-uniform on weights (fan-in: rows of a linear weight [in, out]; in·k·k for a
-        // convolution [out, in, k, k]); biases start at zero.
+        // convolution [out, in, k, k]); BatchNorm scales start at one, shifts and biases at zero.
         let fan_in = match dims.len() {
             2 => dims[0],
             4 => dims[1] * dims[2] * dims[3],
             _ => 0,
         };
-        let values: Vec<f32> = if fan_in == 0 {
+        let values: Vec<f32> = if self.path.field() == "gamma" {
+            vec![1.0; n]
+        } else if fan_in == 0 {
             vec![0.0; n]
         } else {
             let b = (6.0f64 / fan_in as f64).sqrt();
             (0..n).map(|_| self.rng.random_range(-b..b) as f32).collect()
         };
-        let device = param.lazy_device();
-        param.map(|old| {
-            let t = Tensor::<B, D>::from_data(TensorData::new(values, shape), &device);
-            if old.is_require_grad() {
-                t.require_grad()
-            } else {
-                t
-            }
-        })
+        replace(param, values)
     }
 }
 
 /// Re-initialises every parameter from `rng` (independent of burn's own random state).
 pub fn init<B: Backend, M: Module<B>>(module: M, rng: &mut ChaCha12Rng) -> M {
-    module.map(&mut Init { rng })
+    module.map(&mut Init { path: Path::default(), rng })
 }

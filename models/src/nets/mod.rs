@@ -1,35 +1,60 @@
 //! Real networks in burn on Fashion-MNIST, behind the [`Workload`] trait.
 //!
-//! Gradients are computed on burn's `flex` CPU backend (bitwise reproducible across runs and
-//! thread counts) with autodiff. Parameters and gradients cross the boundary as one flat `f32`
-//! vector ([`flat`]); every call builds a fresh replica from its configuration and loads the
-//! vector into it, so replicas never share state. A minibatch is `batch` training images drawn
-//! uniformly with replacement from the request's seed (each worker's seeds come from its own named
-//! stream, so each worker has its own sample order). Initial parameters come from a ChaCha stream
-//! of `init_seed`, not from burn's random state. The models here have no batch normalisation.
+//! Gradients are computed with autodiff on burn's `flex` CPU backend (bitwise reproducible across
+//! runs and thread counts) or, with the `cuda` feature, on a GPU ([`device`]). Parameters and
+//! gradients cross the boundary as one flat `f32` vector ([`flat`]); every call builds a fresh
+//! replica from its configuration and loads the vector into it, so replicas never share state. A
+//! minibatch is `batch` training images drawn uniformly with replacement from the request's seed
+//! (each worker's seeds come from its own named stream, so each worker has its own sample order).
+//! Initial parameters come from a ChaCha stream of `init_seed`, not from burn's random state.
+//!
+//! # BatchNorm (ResNet-20, ResNet-18)
+//! Running statistics are state, not parameters: they are not in the flat vector, so no algorithm
+//! sends, averages or stores them, and every algorithm treats them the same way. A gradient is
+//! computed in training mode, where BatchNorm normalises with the minibatch's own statistics and
+//! the running statistics play no part. At evaluation the statistics of the evaluated parameters
+//! are recomputed exactly ("precise BN", Wu & Johnson 2021): one training-mode forward pass over a
+//! fixed calibration set of [`BN_CALIBRATION`] training images with momentum 1, then inference
+//! with those statistics. So the evaluated model (a synchronous replica, a gossip or EASGD
+//! consensus average, the parameter server's shards) always carries statistics that match its
+//! parameters, which an average of per-worker running means would not, and an evaluation is a
+//! pure function of the parameters.
 
+pub mod block;
 pub mod cnn;
+pub mod device;
 pub mod flat;
 pub mod mlp;
+pub mod resnet18;
+pub mod resnet20;
 
 use crate::fashion_mnist::{FashionMnist, Split};
 use crate::idx::DataError;
 use crate::{job_rng, Evaluation, GradRequest, Workload};
 use burn::backend::{Autodiff, Flex};
-use burn::module::Module;
+use burn::module::{AutodiffModule, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use cnn::Cnn;
+pub use device::Device;
 use mlp::Mlp;
 use rand::Rng;
 use rand::SeedableRng;
+use resnet18::ResNet18;
+use resnet20::ResNet20;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-type Cpu = Flex;
-type Train = Autodiff<Flex>;
+type CpuTrain = Autodiff<Flex>;
+#[cfg(feature = "cuda")]
+type CudaTrain = Autodiff<burn::backend::Cuda>;
+
+/// Training images whose statistics set BatchNorm's running statistics at evaluation (default).
+pub const BN_CALIBRATION: usize = 512;
+/// Seed of the calibration images' choice.
+const BN_SEED: u64 = 0x626e_6361_6c69_62;
 
 /// Which network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,21 +66,54 @@ pub enum NetKind {
     },
     /// The small CNN of [`cnn`].
     Cnn,
+    /// ResNet-20 ([`resnet20`]).
+    ResNet20,
+    /// ResNet-18 ([`resnet18`]).
+    ResNet18,
+}
+
+impl NetKind {
+    /// The short name: `mlp`, `cnn`, `resnet20`, `resnet18`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NetKind::Mlp { .. } => "mlp",
+            NetKind::Cnn => "cnn",
+            NetKind::ResNet20 => "resnet20",
+            NetKind::ResNet18 => "resnet18",
+        }
+    }
+    /// True if the network has BatchNorm layers.
+    pub fn has_batch_norm(&self) -> bool {
+        matches!(self, NetKind::ResNet20 | NetKind::ResNet18)
+    }
 }
 
 /// A network's forward pass.
 trait Net<B: Backend>: Module<B> {
     fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
 }
-impl<B: Backend> Net<B> for Mlp<B> {
-    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.forward(x)
-    }
+macro_rules! impl_net {
+    ($($t:ident),*) => {$(
+        impl<B: Backend> Net<B> for $t<B> {
+            fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+                self.forward(x)
+            }
+        }
+    )*};
 }
-impl<B: Backend> Net<B> for Cnn<B> {
-    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.forward(x)
-    }
+impl_net!(Mlp, Cnn, ResNet20, ResNet18);
+
+/// Reshapes flattened square images `[n, channels·side²]` to `[n, channels, side, side]`.
+pub fn to_images<B: Backend>(x: Tensor<B, 2>, channels: usize) -> Tensor<B, 4> {
+    let [n, d] = x.dims();
+    let side = ((d / channels) as f64).sqrt().round() as usize;
+    x.reshape([n, channels, side, side])
+}
+
+/// Global average pooling `[n, c, h, w]` → `[n, c]`.
+pub fn global_pool<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
+    let [n, c, _, _] = x.dims();
+    x.mean_dim(3).mean_dim(2).reshape([n, c])
 }
 
 /// A burn network on Fashion-MNIST.
@@ -64,6 +122,9 @@ pub struct BurnNet {
     data: Arc<FashionMnist>,
     init_seed: u64,
     params: usize,
+    device: Device,
+    test_samples: usize,
+    calibration: usize,
 }
 
 static DATA: OnceLock<Mutex<BTreeMap<PathBuf, Arc<FashionMnist>>>> = OnceLock::new();
@@ -79,23 +140,40 @@ pub fn dataset(dir: &Path) -> Result<Arc<FashionMnist>, DataError> {
     Ok(d)
 }
 
-fn widths(hidden: &[usize]) -> Vec<usize> {
-    std::iter::once(784).chain(hidden.iter().copied()).chain(std::iter::once(10)).collect()
+fn widths(hidden: &[usize], inputs: usize, classes: usize) -> Vec<usize> {
+    std::iter::once(inputs).chain(hidden.iter().copied()).chain(std::iter::once(classes)).collect()
 }
 
+/// Builds `$net`, the network of `$kind` on backend `$B` for `$ch`-channel 28x28 input and `$cl`
+/// classes with BatchNorm momentum `$m`, and evaluates `$body` with it.
 macro_rules! with_net {
-    ($kind:expr, $B:ty, $dev:expr, $net:ident => $body:expr) => {
+    ($kind:expr, $B:ty, $dev:expr, $ch:expr, $cl:expr, $m:expr, $net:ident => $body:expr) => {
         match $kind {
             NetKind::Mlp { hidden } => {
-                let $net = Mlp::<$B>::new(&widths(hidden), $dev);
+                let $net = Mlp::<$B>::new(&widths(hidden, $ch * 784, $cl), $dev);
                 $body
             }
             NetKind::Cnn => {
-                let $net = Cnn::<$B>::new(1, 10, $dev);
+                let $net = Cnn::<$B>::new($ch, $cl, $dev);
+                $body
+            }
+            NetKind::ResNet20 => {
+                let $net = ResNet20::<$B>::new($ch, $cl, $m, $dev);
+                $body
+            }
+            NetKind::ResNet18 => {
+                let $net = ResNet18::<$B>::new($ch, $cl, $m, $dev);
                 $body
             }
         }
     };
+}
+
+/// `(trainable parameters, BatchNorm running-statistic values)` of `kind` for `channels`-channel
+/// 28x28 input and `classes` classes (the counts do not depend on the image size).
+pub fn parameter_counts(kind: &NetKind, channels: usize, classes: usize) -> (usize, usize) {
+    let device = Default::default();
+    with_net!(kind, Flex, &device, channels, classes, 0.1, net => flat::counts(&net))
 }
 
 fn batch_tensors<B: Backend>(split: &Split, idx: &[usize], device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
@@ -110,70 +188,145 @@ fn batch_tensors<B: Backend>(split: &Split, idx: &[usize], device: &B::Device) -
     )
 }
 
-fn grad_of<N: Net<Train>>(net: N, params: &[f32], data: &Split, idx: &[usize], out: &mut [f32]) -> f64 {
-    let device = Default::default();
+fn grad_of<B: AutodiffBackend, N: Net<B>>(
+    net: N,
+    params: &[f32],
+    data: &Split,
+    idx: &[usize],
+    out: &mut [f32],
+    device: &B::Device,
+) -> f64 {
     let net = flat::from_flat(net, params);
-    let (x, y) = batch_tensors::<Train>(data, idx, &device);
-    let loss = CrossEntropyLossConfig::new().init(&device).forward(net.logits(x), y);
-    let value = loss.clone().into_scalar() as f64;
+    let (x, y) = batch_tensors::<B>(data, idx, device);
+    let loss = CrossEntropyLossConfig::new().init(device).forward(net.logits(x), y);
+    let value = loss.clone().into_scalar().elem::<f64>();
     let grads = loss.backward();
     out.copy_from_slice(&flat::grads_flat(&net, &grads));
     value
 }
 
-fn eval_of<N: Net<Cpu>>(net: N, params: &[f32], data: &Split) -> Evaluation {
-    let device = Default::default();
-    let net = flat::from_flat(net, params);
+/// Evaluates `params` on `test`; `net` was built with BatchNorm momentum 1, so one training-mode
+/// pass over `calibration` sets its running statistics to that set's statistics.
+fn eval_of<B: AutodiffBackend, N>(
+    net: N,
+    params: &[f32],
+    calibration: Option<(&Split, &[usize])>,
+    test: &Split,
+    test_samples: usize,
+    device: &B::Device,
+) -> Evaluation
+where
+    N: Net<B> + AutodiffModule<B>,
+    N::InnerModule: Net<B::InnerBackend>,
+{
+    let net = flat::from_flat(net, params).no_grad();
+    if let Some((train, idx)) = calibration {
+        let (x, _) = batch_tensors::<B>(train, idx, device);
+        let _ = net.logits(x);
+    }
+    let net = net.valid();
+    let device = &net.devices()[0];
     let (mut loss, mut right) = (0.0, 0usize);
-    let all: Vec<usize> = (0..data.len()).collect();
-    for chunk in all.chunks(2000) {
-        let (x, y) = batch_tensors::<Cpu>(data, chunk, &device);
+    let all: Vec<usize> = (0..test_samples).collect();
+    for chunk in all.chunks(1000) {
+        let (x, y) = batch_tensors::<B::InnerBackend>(test, chunk, device);
         let logits = net.logits(x);
         let pred: Vec<i64> = logits.clone().argmax(1).into_data().convert::<i64>().to_vec().expect("ints");
-        right += pred.iter().zip(chunk).filter(|(p, &i)| **p == data.labels[i] as i64).count();
-        let l = CrossEntropyLossConfig::new().init(&device).forward(logits, y).into_scalar() as f64;
+        right += pred.iter().zip(chunk).filter(|(p, &i)| **p == test.labels[i] as i64).count();
+        let l = CrossEntropyLossConfig::new().init(device).forward(logits, y).into_scalar().elem::<f64>();
         loss += l * chunk.len() as f64;
     }
-    Evaluation { loss: loss / data.len() as f64, accuracy: Some(right as f64 / data.len() as f64) }
+    Evaluation { loss: loss / test_samples as f64, accuracy: Some(right as f64 / test_samples as f64) }
 }
 
 impl BurnNet {
-    /// A network of `kind` on `data`, initialised from `init_seed`.
+    /// A network of `kind` on `data`, initialised from `init_seed`, computing on the CPU.
     pub fn new(kind: NetKind, data: Arc<FashionMnist>, init_seed: u64) -> Self {
-        let device = Default::default();
-        let params = with_net!(&kind, Cpu, &device, net => flat::count(&net));
-        BurnNet { kind, data, init_seed, params }
+        let params = parameter_counts(&kind, 1, 10).0;
+        let test_samples = data.test.len();
+        BurnNet { kind, data, init_seed, params, device: Device::Cpu, test_samples, calibration: BN_CALIBRATION }
     }
+
+    /// Evaluates on the first `test_samples` test images (all by default) and sets BatchNorm
+    /// statistics from `calibration` training images ([`BN_CALIBRATION`] by default); both are
+    /// clamped to the dataset's size, and at least 1.
+    pub fn with_evaluation(mut self, test_samples: usize, calibration: usize) -> Self {
+        self.test_samples = test_samples.clamp(1, self.data.test.len());
+        self.calibration = calibration.clamp(1, self.data.train.len());
+        self
+    }
+
+    /// The same network computing on `device`; an error if the device cannot be used.
+    pub fn with_device(kind: NetKind, data: Arc<FashionMnist>, init_seed: u64, device: Device) -> Result<Self, String> {
+        device.check()?;
+        Ok(BurnNet { device, ..BurnNet::new(kind, data, init_seed) })
+    }
+
+    /// The device gradients are computed on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The network.
+    pub fn kind(&self) -> &NetKind {
+        &self.kind
+    }
+
+    fn calibration_indices(&self) -> Vec<usize> {
+        let mut rng = job_rng(BN_SEED);
+        let n = self.data.train.len();
+        (0..self.calibration).map(|_| rng.random_range(0..n)).collect()
+    }
+}
+
+/// Runs `$body` with `$B` the autodiff backend of `$device` and `$dev` its burn device.
+macro_rules! on_device {
+    ($device:expr, $B:ident, $dev:ident => $body:expr) => {
+        match $device {
+            Device::Cpu => {
+                type $B = CpuTrain;
+                let $dev = &Default::default();
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => {
+                type $B = CudaTrain;
+                let $dev = &burn::backend::cuda::CudaDevice::new(n);
+                $body
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => unreachable!("BurnNet::with_device refuses CUDA in a build without it"),
+        }
+    };
 }
 
 impl Workload for BurnNet {
     fn name(&self) -> &str {
-        match self.kind {
-            NetKind::Mlp { .. } => "mlp",
-            NetKind::Cnn => "cnn",
-        }
+        self.kind.name()
     }
     fn param_count(&self) -> usize {
         self.params
     }
     fn parallel_gradients(&self) -> bool {
-        true
+        self.device == Device::Cpu
     }
     fn init(&self) -> Vec<f32> {
         let device = Default::default();
         let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(self.init_seed);
-        with_net!(&self.kind, Cpu, &device, net => flat::to_flat(&flat::init(net, &mut rng)))
+        with_net!(&self.kind, Flex, &device, 1, 10, 0.1, net => flat::to_flat(&flat::init(net, &mut rng)))
     }
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64 {
         let mut rng = job_rng(req.seed);
         let n = self.data.train.len();
         let idx: Vec<usize> = (0..req.batch.max(1)).map(|_| rng.random_range(0..n)).collect();
-        let device = Default::default();
-        with_net!(&self.kind, Train, &device, net => grad_of(net, params, &self.data.train, &idx, grad))
+        on_device!(self.device, B, dev => with_net!(&self.kind, B, dev, 1, 10, 0.1, net =>
+            grad_of::<B, _>(net, params, &self.data.train, &idx, grad, dev)))
     }
     fn evaluate(&self, params: &[f32]) -> Evaluation {
-        let device = Default::default();
-        with_net!(&self.kind, Cpu, &device, net => eval_of(net, params, &self.data.test))
+        let idx = self.calibration_indices();
+        let calibration = self.kind.has_batch_norm().then_some((&self.data.train, idx.as_slice()));
+        on_device!(self.device, B, dev => with_net!(&self.kind, B, dev, 1, 10, 1.0, net =>
+            eval_of::<B, _>(net, params, calibration, &self.data.test, self.test_samples, dev)))
     }
 }
 
@@ -188,30 +341,58 @@ mod tests {
 
     #[test]
     fn a_flat_round_trip_is_bit_exact() {
-        for kind in [NetKind::Mlp { hidden: vec![64] }, NetKind::Cnn] {
+        for kind in [NetKind::Mlp { hidden: vec![64] }, NetKind::Cnn, NetKind::ResNet20] {
             let device = Default::default();
-            let p: Vec<f32> = (0..with_net!(&kind, Cpu, &device, n => flat::count(&n)))
-                .map(|i| ((i as f32) * 0.618).sin() * 1e-3 + f32::EPSILON * i as f32)
-                .collect();
-            let back = with_net!(&kind, Cpu, &device, n => flat::to_flat(&flat::from_flat(n, &p)));
+            let n = parameter_counts(&kind, 1, 10).0;
+            let p: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 1e-3 + f32::EPSILON * i as f32).collect();
+            let back = with_net!(&kind, Flex, &device, 1, 10, 0.1, n => flat::to_flat(&flat::from_flat(n, &p)));
             assert_eq!(
                 p.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                back.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "{kind:?}"
             );
         }
     }
 
     #[test]
-    fn parameter_counts_match_the_architectures() {
-        let d = data();
+    fn parameter_counts_match_the_standard_figures() {
         assert_eq!(
-            BurnNet::new(NetKind::Mlp { hidden: vec![256, 128] }, d.clone(), 1).param_count(),
+            parameter_counts(&NetKind::Mlp { hidden: vec![256, 128] }, 1, 10).0,
             784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
         );
-        assert_eq!(
-            BurnNet::new(NetKind::Cnn, d, 1).param_count(),
-            (16 * 9 + 16) + (32 * 16 * 9 + 32) + (32 * 49 * 10 + 10)
-        );
+        assert_eq!(parameter_counts(&NetKind::Cnn, 1, 10).0, (16 * 9 + 16) + (32 * 16 * 9 + 32) + (32 * 49 * 10 + 10));
+        // torchvision's resnet18(): 11,689,512 trainable parameters; 9,600 running-statistic
+        // values (mean and variance of 4,800 BatchNorm channels) are state.
+        assert_eq!(parameter_counts(&NetKind::ResNet18, 3, 1000), (11_689_512, 9_600));
+        // He et al.'s ResNet-20 with parameter-free shortcuts: 0.27M (269,722) on CIFAR-10.
+        assert_eq!(parameter_counts(&NetKind::ResNet20, 3, 10), (269_722, 2 * (16 + 6 * (16 + 32 + 64))));
+        // One input channel: the first convolution has 2·16·9 fewer weights.
+        assert_eq!(parameter_counts(&NetKind::ResNet20, 1, 10).0, 269_722 - 2 * 16 * 9);
+    }
+
+    #[test]
+    fn batch_norm_networks_learn_and_their_evaluation_is_a_pure_function_of_the_parameters() {
+        let net = BurnNet::new(NetKind::ResNet20, data(), 2).with_evaluation(200, 64);
+        let p0 = net.init();
+        let mut p = p0.clone();
+        let mut g = vec![0.0; p.len()];
+        let req = |seed| GradRequest { worker: 0, batch: 16, seed };
+        let first = net.gradient(&p, req(1), &mut g);
+        assert!(g.iter().all(|x| x.is_finite()) && g.iter().any(|&x| x != 0.0));
+        for step in 0..12 {
+            net.gradient(&p, req(100 + step), &mut g);
+            p.iter_mut().zip(&g).for_each(|(x, g)| *x -= 0.05 * g);
+        }
+        // The minibatch loss of the first batch falls after 12 steps of SGD.
+        assert!(net.gradient(&p, req(1), &mut g) < first);
+        // BatchNorm statistics are recomputed for the parameters evaluated: evaluating another
+        // model in between changes nothing, and two replicas never share them.
+        let a = net.evaluate(&p);
+        let _ = net.evaluate(&p0);
+        let b = net.evaluate(&p);
+        assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+        let before = net.evaluate(&p0);
+        assert!(a.loss < before.loss && a.accuracy.unwrap() > 0.3, "{before:?} -> {a:?}");
     }
 
     #[test]
