@@ -1,6 +1,7 @@
 //! `dsgd-experiments`: the `dsgd` command line's library: specs, runs, sweeps, replay, plots.
 
 pub mod execute;
+pub mod gradbench;
 pub mod load;
 pub mod output;
 pub mod plot;

@@ -71,6 +71,33 @@ enum Command {
         /// A run folder or a sweep folder.
         dir: PathBuf,
     },
+    /// Time real gradient steps of a burn network (CPU, or CUDA with the `cuda` feature).
+    BenchGradient {
+        /// mlp, cnn, resnet20 or resnet18.
+        #[arg(long, default_value = "resnet20")]
+        model: String,
+        /// Hidden widths of the MLP, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "128")]
+        hidden: Vec<usize>,
+        /// cpu, cuda or cuda:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Minibatch size.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// Timed steps.
+        #[arg(long, default_value_t = 10)]
+        steps: usize,
+        /// Untimed steps first.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// The device's peak TFLOP/s (default: looked up for known NVIDIA GPUs).
+        #[arg(long)]
+        peak_tflops: Option<f64>,
+        /// Also write the timings as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Draw the figures of finished runs or sweeps.
     Plot {
         /// Run or sweep folders.
@@ -94,6 +121,9 @@ fn main() -> ExitCode {
         Command::Sweep { sweep, out, jobs, no_plots } => run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots),
         Command::Replay { dir } => replay(&dir),
         Command::Plot { dirs, out } => plot_dirs(&dirs, out),
+        Command::BenchGradient { model, hidden, device, batch, steps, warmup, peak_tflops, json } => {
+            bench_gradient(&model, &hidden, &device, batch, steps, warmup, peak_tflops, json)
+        }
     };
     match result {
         Ok(code) => code,
@@ -126,8 +156,9 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
     );
     out!("  digest {}  ({} events)", s.digest, s.events);
     out!(
-        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}}}",
+        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}}}",
         dir.display(),
+        if outcome.result.recording.is_some() { ",gradient_times.csv" } else { "" },
         if trace { ",trace.json" } else { "" }
     );
     Ok(ExitCode::SUCCESS)
@@ -200,6 +231,50 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     let code = sweep_report(&report);
     finish_sweep(&out, true)?;
     Ok(code)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_gradient(
+    model: &str,
+    hidden: &[usize],
+    device: &str,
+    batch: usize,
+    steps: usize,
+    warmup: usize,
+    peak_tflops: Option<f64>,
+    json: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    use dsgd_experiments::gradbench::{self, GradBench};
+    let kind = gradbench::parse_kind(model, hidden)?;
+    let device = dsgd_models::nets::Device::parse(device)?;
+    let t = gradbench::run(&GradBench { kind, device, batch, steps, warmup, data_dir: None })?;
+    let gpu = matches!(device, dsgd_models::nets::Device::Cuda(_)).then(gradbench::gpu_name).flatten();
+    let peak = peak_tflops.or_else(|| gpu.as_deref().and_then(gradbench::known_peak_tflops));
+    out!(
+        "{} ({} parameters) on {}{}, batch {}",
+        t.model,
+        t.params,
+        t.device,
+        gpu.map_or(String::new(), |g| format!(" ({g})")),
+        t.batch
+    );
+    out!("  step time: mean {:.2} ms, median {:.2} ms over {} steps", t.mean_s * 1e3, t.median_s * 1e3, t.step_s.len());
+    out!("  samples per second: {:.0}", t.samples_per_s);
+    match peak {
+        Some(p) => out!(
+            "  model FLOP/s: {:.1} GFLOP/s = {:.2}% of the {p} TFLOP/s FP32 peak",
+            t.flops_per_s / 1e9,
+            100.0 * t.flops_per_s / (p * 1e12)
+        ),
+        None => {
+            out!("  model FLOP/s: {:.1} GFLOP/s (give --peak-tflops for the fraction of peak)", t.flops_per_s / 1e9)
+        }
+    }
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&t).expect("plain data") + "\n";
+        write_atomic(&path, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn replay(dir: &Path) -> Result<ExitCode, String> {

@@ -24,6 +24,7 @@ pub mod block;
 pub mod cnn;
 pub mod device;
 pub mod flat;
+pub mod flops;
 pub mod mlp;
 pub mod resnet18;
 pub mod resnet20;
@@ -54,7 +55,7 @@ type CudaTrain = Autodiff<burn::backend::Cuda>;
 /// Training images whose statistics set BatchNorm's running statistics at evaluation (default).
 pub const BN_CALIBRATION: usize = 512;
 /// Seed of the calibration images' choice.
-const BN_SEED: u64 = 0x626e_6361_6c69_62;
+const BN_SEED: u64 = 0x0062_6e63_616c_6962;
 
 /// Which network.
 #[derive(Clone, Debug, PartialEq, Eq)]
