@@ -5,6 +5,8 @@ pub mod gradbench;
 pub mod load;
 pub mod output;
 pub mod plot;
+#[cfg(feature = "mpi")]
+pub mod real;
 pub mod report;
 pub mod spec;
 pub mod sweep;

@@ -71,6 +71,41 @@ enum Command {
         /// A run folder or a sweep folder.
         dir: PathBuf,
     },
+    /// Run a spec for real, one MPI process per rank: `mpirun -np N dsgd real SPEC` (needs the
+    /// `mpi` feature). Writes the same summary.json and metrics.csv as a simulated run.
+    Real {
+        /// The spec (JSON).
+        spec: PathBuf,
+        /// Output folder (default runs/<name>-real).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Override a field (repeatable).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+    },
+    /// Measure this machine's or cluster's latency and bandwidth (ping-pong between ranks 0 and
+    /// 1) and, given a spec, its gradient step times; write them as spec parts (JSON).
+    Calibrate {
+        /// A spec whose workload's gradient times to measure.
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Where to write the network and compute parts.
+        #[arg(long, default_value = "calibration.json")]
+        out: PathBuf,
+    },
+    /// Run specs for real and in the simulator with calibrated parameters; report the
+    /// simulator's error per algorithm (table, JSON and plot).
+    Validate {
+        /// The specs.
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+        /// Output folder.
+        #[arg(long, default_value = "validation")]
+        out: PathBuf,
+        /// Fail (exit 1) if any error exceeds this fraction.
+        #[arg(long)]
+        max_error: Option<f64>,
+    },
     /// Time real gradient steps of a burn network (CPU, or CUDA with the `cuda` feature).
     BenchGradient {
         /// mlp, cnn, resnet20 or resnet18.
@@ -121,6 +156,9 @@ fn main() -> ExitCode {
         Command::Sweep { sweep, out, jobs, no_plots } => run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots),
         Command::Replay { dir } => replay(&dir),
         Command::Plot { dirs, out } => plot_dirs(&dirs, out),
+        Command::Real { spec, out, sets } => mpi_cmd::real(&spec, out, &sets),
+        Command::Calibrate { spec, out } => mpi_cmd::calibrate(spec.as_deref(), &out),
+        Command::Validate { specs, out, max_error } => mpi_cmd::validate(&specs, &out, max_error),
         Command::BenchGradient { model, hidden, device, batch, steps, warmup, peak_tflops, json } => {
             bench_gradient(&model, &hidden, &device, batch, steps, warmup, peak_tflops, json)
         }
@@ -207,6 +245,9 @@ fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
 
 fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool) -> Result<ExitCode, String> {
     let (spec, points) = sweep::load(path).map_err(|e| e.to_string())?;
+    if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw)? {
+        return Ok(code);
+    }
     let report = sweep::run(&spec, &points, out, jobs, true)?;
     let code = sweep_report(&report);
     finish_sweep(out, draw)?;
@@ -327,4 +368,175 @@ fn plot_dirs(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<ExitCode, String>
         out!("{}", f.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ranks of the MPI job this process belongs to, from the launcher's environment.
+fn mpi_job_size() -> usize {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .unwrap_or(1)
+}
+
+#[cfg(not(feature = "mpi"))]
+mod mpi_cmd {
+    use super::*;
+    const NO_MPI: &str = "this dsgd was built without MPI; rebuild with `cargo build --release --features mpi` \
+                          (needs Open MPI: apt-get install openmpi-bin libopenmpi-dev libclang-dev)";
+    pub fn real(_: &Path, _: Option<PathBuf>, _: &[String]) -> Result<ExitCode, String> {
+        Err(NO_MPI.into())
+    }
+    pub fn calibrate(_: Option<&Path>, _: &Path) -> Result<ExitCode, String> {
+        Err(NO_MPI.into())
+    }
+    pub fn validate(_: &[PathBuf], _: &Path, _: Option<f64>) -> Result<ExitCode, String> {
+        Err(NO_MPI.into())
+    }
+    pub fn sweep(
+        _: &sweep::SweepSpec,
+        _: &[sweep::Point],
+        _: &Path,
+        _: usize,
+        _: bool,
+    ) -> Result<Option<ExitCode>, String> {
+        if mpi_job_size() > 1 {
+            return Err(format!(
+                "started as one of {} MPI ranks, but {NO_MPI}; every rank would run the whole sweep",
+                mpi_job_size()
+            ));
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(feature = "mpi")]
+mod mpi_cmd {
+    use super::*;
+    use dsgd_experiments::real;
+    use mpi::topology::Communicator;
+    use mpi::traits::*;
+
+    pub fn real(path: &Path, out: Option<PathBuf>, sets: &[String]) -> Result<ExitCode, String> {
+        let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+        real::real_faults(&spec)?;
+        let universe = real::init()?;
+        let world = universe.world();
+        let dest = out.unwrap_or_else(|| PathBuf::from(format!("runs/{}-real", spec.name)));
+        if world.rank() == 0 && dest.exists() {
+            world.abort(2);
+        }
+        if let Some(s) = real::real(&world, &spec, &dest)? {
+            out!("{} with {} nodes for real on {} MPI ranks: {}", s.algorithm, s.nodes, world.size(), s.stop_reason);
+            out!(
+                "  {:.3} s wall; {} updates ({:.1}/s); mean iteration {}; final loss {}",
+                s.sim_time_s,
+                s.updates,
+                s.updates_per_s,
+                s.iteration_time_s.as_ref().map_or("-".into(), |t| format!("{:.4} s", t.mean)),
+                s.final_loss.map_or("-".into(), |l| format!("{l:.6}"))
+            );
+            out!("  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv}}", dest.display());
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    pub fn calibrate(spec: Option<&Path>, out: &Path) -> Result<ExitCode, String> {
+        let spec = spec.map(|p| spec_from_file(p, &[]).map_err(|e| e.to_string())).transpose()?;
+        let universe = real::init()?;
+        let world = universe.world();
+        if let Some(c) = real::calibrate(&world, spec.as_ref())? {
+            for p in &c.points {
+                out!("  {:>8} bytes: one way {:.1} us", p.bytes, p.one_way_s * 1e6);
+            }
+            out!("latency {:.1} us, bandwidth {:.2} Gbit/s", c.latency_us, c.bandwidth_gbps);
+            if !c.step_s.is_empty() {
+                let mean = c.step_s.iter().sum::<f64>() / c.step_s.len() as f64;
+                out!("gradient step: mean {:.2} ms over {} steps", mean * 1e3, c.step_s.len());
+            }
+            let mut v = c.spec_parts();
+            v["measured"] = serde_json::to_value(&c).expect("plain data");
+            let text = serde_json::to_string_pretty(&v).expect("json") + "\n";
+            write_atomic(out, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+            out!("wrote {}", out.display());
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    pub fn validate(paths: &[PathBuf], out: &Path, max_error: Option<f64>) -> Result<ExitCode, String> {
+        let specs =
+            paths.iter().map(|p| spec_from_file(p, &[]).map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
+        for s in &specs {
+            real::real_faults(s)?;
+        }
+        let universe = real::init()?;
+        let world = universe.world();
+        let Some((network, rows)) = real::validate(&world, &specs)? else { return Ok(ExitCode::SUCCESS) };
+        let table = real::table(&rows);
+        out!(
+            "calibrated: latency {:.1} us, bandwidth {:.2} Gbit/s",
+            network["latency_us"].as_f64().unwrap_or(0.0),
+            network["bandwidth_gbps"].as_f64().unwrap_or(0.0)
+        );
+        out!("{table}");
+        std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        let json = serde_json::json!({"network": network, "comparisons": rows});
+        let io = |e: std::io::Error| format!("cannot write into {}: {e}", out.display());
+        write_atomic(
+            &out.join("validation.json"),
+            (serde_json::to_string_pretty(&json).expect("json") + "\n").as_bytes(),
+        )
+        .map_err(io)?;
+        write_atomic(&out.join("validation.md"), table.as_bytes()).map_err(io)?;
+        let bars: Vec<(String, f64, f64)> = rows.iter().map(|r| (r.algorithm.clone(), r.real, r.simulated)).collect();
+        plot::validation(&bars, &out.join("validation")).map_err(|e| e.to_string())?;
+        out!("wrote {}/{{validation.json,validation.md,validation.png,validation.svg}}", out.display());
+        if let Some(m) = max_error {
+            if let Some(r) = rows.iter().find(|r| r.error.abs() > m) {
+                eprintln!(
+                    "error: {} ({}) is off by {:+.1}%, more than {:.1}%",
+                    r.name,
+                    r.algorithm,
+                    100.0 * r.error,
+                    100.0 * m
+                );
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Under mpirun with several ranks: rank r runs the points with index % size == r; rank 0
+    /// cleans leftovers first and aggregates last. `None` when not under a multi-rank job.
+    pub fn sweep(
+        spec: &sweep::SweepSpec,
+        points: &[sweep::Point],
+        out: &Path,
+        jobs: usize,
+        draw: bool,
+    ) -> Result<Option<ExitCode>, String> {
+        if mpi_job_size() <= 1 {
+            return Ok(None);
+        }
+        let universe = dsgd_experiments::real::init()?;
+        let world = universe.world();
+        let (me, size) = (world.rank() as usize, world.size() as usize);
+        if me == 0 {
+            sweep::prepare(out)?;
+        }
+        world.barrier();
+        let mine: Vec<sweep::Point> = points.iter().filter(|p| p.index % size == me).cloned().collect();
+        let report = sweep::run_share(spec, &mine, out, jobs, false);
+        world.barrier();
+        let report = report?;
+        let mut failed = 0u64;
+        world.all_reduce_into(&(report.failed.len() as u64), &mut failed, mpi::collective::SystemOperation::sum());
+        if me != 0 {
+            return Ok(Some(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }));
+        }
+        out!("{} runs over {size} MPI ranks", points.len());
+        let all = sweep::run_share(spec, points, out, 1, false)?;
+        let code = sweep_report(&all);
+        finish_sweep(out, draw)?;
+        Ok(Some(if failed == 0 { code } else { ExitCode::from(1) }))
+    }
 }

@@ -498,3 +498,30 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     }
     Ok(files)
 }
+
+/// The simulator's prediction relative to reality for each compared run (`(label, real,
+/// simulated)`), with the ±10% band: x is the row of `validation.md`, y is simulated / real.
+pub fn validation(rows: &[(String, f64, f64)], stem: &Path) -> Result<Vec<PathBuf>, String> {
+    let n = rows.len().max(1);
+    let flat = |y: f64, label: &str, color: usize| Series {
+        label: label.into(),
+        color,
+        points: (0..n.max(2)).map(|i| (i as f64, y)).collect(),
+    };
+    let ratio = Series {
+        label: format!("simulated / real ({})", rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>().join(", ")),
+        color: 0,
+        points: rows.iter().enumerate().map(|(i, r)| (i as f64, r.2 / r.1)).collect(),
+    };
+    let panel = Panel {
+        title: "simulator against real runs".into(),
+        series: vec![ratio, flat(1.0, "real", 1), flat(1.1, "+10%", 2), flat(0.9, "-10%", 2)],
+    };
+    line_chart(
+        stem,
+        "Validation: prediction / measurement",
+        &[panel],
+        Axis { desc: "compared run (row of validation.md)", log: false },
+        Axis { desc: "simulated / real", log: false },
+    )
+}

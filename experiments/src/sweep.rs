@@ -140,6 +140,13 @@ fn clean_partials(runs: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Creates `out/runs` and removes what an interrupted sweep left half written there.
+pub fn prepare(out: &Path) -> Result<(), String> {
+    let runs = out.join("runs");
+    std::fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))
+}
+
 /// Runs every point that has no finished folder under `out/runs`, `jobs` at a time.
 pub fn run(
     sweep: &SweepSpec,
@@ -148,9 +155,19 @@ pub fn run(
     jobs: usize,
     progress: bool,
 ) -> Result<SweepReport, String> {
+    prepare(out)?;
+    run_share(sweep, points, out, jobs, progress)
+}
+
+/// [`run`] without the cleaning, for one of several processes sharing `out` (after [`prepare`]).
+pub fn run_share(
+    sweep: &SweepSpec,
+    points: &[Point],
+    out: &Path,
+    jobs: usize,
+    progress: bool,
+) -> Result<SweepReport, String> {
     let runs = out.join("runs");
-    std::fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))?;
     let mut resolved = sweep.clone();
     resolved.base_file = None;
     write_atomic(&out.join("sweep.json"), crate::execute::erased::Json::pretty(&resolved).as_bytes())

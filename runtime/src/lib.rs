@@ -3,6 +3,8 @@
 
 pub mod collectives;
 pub mod metrics;
+#[cfg(feature = "mpi")]
+pub mod mpi_exec;
 pub mod optimizer;
 pub mod protocol;
 pub mod protocols;

@@ -49,7 +49,7 @@ pub struct Note {
 }
 
 /// A node's state over an interval of time, for timelines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     /// A protocol phase.
@@ -59,7 +59,7 @@ pub enum State {
 }
 
 /// One interval of a node's timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     /// The rank.
     pub rank: usize,

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 pub type JobId = dsgd_sim::JobId;
 
 /// What a node is doing, for the time breakdown (computing is set by the executor itself).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Running a gradient computation (set by the executor).

@@ -5,7 +5,7 @@
 //! settings in the engine's configuration name ranks in this layout.
 
 use crate::collectives::{analytic::CostModel, CollectiveKind};
-use crate::protocol::Role;
+use crate::protocol::{Protocol, Role};
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
 use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
 use crate::protocols::gossip::{GossipConfig, GossipNode};
@@ -14,7 +14,8 @@ use crate::run::TrainConfig;
 use crate::sim_exec::{RunResult, SimExecutor};
 use crate::timing::GradientTiming;
 use dsgd_models::Workload;
-use dsgd_sim::{SimConfig, SimError};
+use dsgd_sim::{SimConfig, SimDuration, SimError};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -127,41 +128,75 @@ pub fn run_timed(
             format!("\"measured\" needs real gradients; workload {} computes none", workload.name()),
         ));
     }
+    let mut sim = sim.clone();
+    sim.nodes = algorithm.ranks(workers);
+    struct OnSim<'a> {
+        sim: &'a SimConfig,
+        workload: Arc<dyn Workload>,
+        train: TrainConfig,
+        timing: GradientTiming,
+    }
+    impl Drive for OnSim<'_> {
+        type Out = Result<RunResult, SimError>;
+        fn drive<P: Protocol>(self, roles: Vec<P>) -> Self::Out
+        where
+            P::Msg: Serialize + DeserializeOwned,
+        {
+            SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing).run()
+        }
+    }
+    let cost = (sim.network.latency, sim.network.bandwidth);
+    with_roles(algorithm, workers, &train, cost, OnSim { sim: &sim, workload, train, timing })?
+}
+
+/// Something that runs the roles of an algorithm (the simulator, or a real executor).
+pub trait Drive {
+    /// What running them gives.
+    type Out;
+    /// Runs `roles`, one per rank.
+    fn drive<P: Protocol>(self, roles: Vec<P>) -> Self::Out
+    where
+        P::Msg: Serialize + DeserializeOwned;
+}
+
+/// Builds the roles of `algorithm` with `workers` workers (and its servers) and hands them to
+/// `d`. `cost` is the network's latency and bandwidth, for the analytic collective's default cost.
+pub fn with_roles<D: Drive>(
+    algorithm: &AlgorithmConfig,
+    workers: usize,
+    train: &TrainConfig,
+    cost: (SimDuration, dsgd_sim::Bandwidth),
+    d: D,
+) -> Result<D::Out, SimError> {
     if workers == 0 {
         return Err(SimError::config("nodes", "must be at least 1"));
     }
     algorithm.validate(workers).map_err(|(f, p)| SimError::config(f, p))?;
     train.validate().map_err(|(f, p)| SimError::config(f, p))?;
-    let mut sim = sim.clone();
-    sim.nodes = algorithm.ranks(workers);
     let (batch, opt) = (train.batch, train.optimizer);
     Ok(match *algorithm {
         AlgorithmConfig::Sync(mut c) => {
             if c.collective == CollectiveKind::Analytic && c.cost.is_none() {
-                c.cost = Some(CostModel {
-                    latency: sim.network.latency,
-                    bandwidth: sim.network.bandwidth,
-                    gamma_ns_per_byte: 0.0,
-                });
+                c.cost = Some(CostModel { latency: cost.0, bandwidth: cost.1, gamma_ns_per_byte: 0.0 });
             }
-            let roles = (0..workers).map(|_| SyncWorker::new(c, batch, opt, workers)).collect();
-            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
+            let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::new(c, batch, opt, workers)).collect();
+            d.drive(roles)
         }
         AlgorithmConfig::AsyncPs(c) => {
             let mut roles: Vec<PsRole> =
                 (0..workers).map(|_| Role::Worker(PsWorker::new(workers, c.shards, batch, c))).collect();
             roles.extend((0..c.shards).map(|s| Role::Server(Shard::new(s, c.shards, workers, c, opt))));
-            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
+            d.drive(roles)
         }
         AlgorithmConfig::Easgd(c) => {
             let mut roles: Vec<EasgdRole> =
                 (0..workers).map(|_| Role::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
             roles.push(Role::Server(Centre::new(c.alpha_for(workers))));
-            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
+            d.drive(roles)
         }
         AlgorithmConfig::Gossip(c) => {
-            let roles = (0..workers).map(|_| GossipNode::new(c, batch, opt)).collect();
-            SimExecutor::new(&sim, roles, workload, train)?.with_timing(timing.clone()).run()?
+            let roles: Vec<GossipNode> = (0..workers).map(|_| GossipNode::new(c, batch, opt)).collect();
+            d.drive(roles)
         }
     })
 }

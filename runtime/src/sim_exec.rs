@@ -53,7 +53,7 @@ fn gradient_threads() -> usize {
 }
 
 /// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The simulated-time limit.
@@ -126,6 +126,43 @@ impl Timing {
         self.used.per_rank[rank].push(ns);
         Some(SimDuration(ns))
     }
+}
+
+/// The consensus model of the ranks' `views` (one per rank, [`View::Nothing`] for a rank that is
+/// down): the parameter server's shards where there are any, else the mean of the replicas; with
+/// the mean squared distance of replicas from their mean, and each rank's replica.
+pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> (Vec<f32>, f64, Vec<Option<Vec<f32>>>) {
+    let mut server = vec![0f32; dim];
+    let mut has_server = false;
+    let mut replicas: Vec<Option<Vec<f32>>> = Vec::new();
+    for view in views {
+        let mut replica = None;
+        match view {
+            View::Shard { offset, params } => {
+                has_server = true;
+                server[offset..offset + params.len()].copy_from_slice(params);
+            }
+            View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
+                replica = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
+            }
+            _ => {}
+        }
+        replicas.push(replica);
+    }
+    let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
+    let mean: Vec<f64> = if live.is_empty() {
+        vec![0.0; dim]
+    } else {
+        (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect()
+    };
+    let distance = if live.is_empty() {
+        0.0
+    } else {
+        live.iter().map(|v| v.iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
+            / live.len() as f64
+    };
+    let model = if has_server { server } else { mean.iter().map(|&x| x as f32).collect() };
+    (model, distance, replicas)
 }
 
 /// Drives a protocol on the simulator.
@@ -286,38 +323,9 @@ impl<P: Protocol> SimExecutor<P> {
     /// The consensus model and the mean squared distance of replicas from it.
     pub fn consensus(&self) -> (Vec<f32>, f64, Vec<Option<Vec<f32>>>) {
         let dim = if self.workload.timing_only() { 0 } else { self.workload.param_count() };
-        let mut server = vec![0f32; dim];
-        let mut has_server = false;
-        let mut replicas: Vec<Option<Vec<f32>>> = vec![None; self.roles.len()];
-        for (r, role) in self.roles.iter().enumerate() {
-            if !self.sim.is_up(r) {
-                continue;
-            }
-            match role.view() {
-                View::Shard { offset, params } => {
-                    has_server = true;
-                    server[offset..offset + params.len()].copy_from_slice(params);
-                }
-                View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
-                    replicas[r] = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
-                }
-                _ => {}
-            }
-        }
-        let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
-        let mean: Vec<f64> = if live.is_empty() {
-            vec![0.0; dim]
-        } else {
-            (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect()
-        };
-        let distance = if live.is_empty() {
-            0.0
-        } else {
-            live.iter().map(|v| v.iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
-                / live.len() as f64
-        };
-        let model = if has_server { server } else { mean.iter().map(|&x| x as f32).collect() };
-        (model, distance, replicas)
+        let views =
+            self.roles.iter().enumerate().map(|(r, role)| if self.sim.is_up(r) { role.view() } else { View::Nothing });
+        consensus_of(views, dim)
     }
 
     /// Evaluates the consensus model; returns the sample and the model.

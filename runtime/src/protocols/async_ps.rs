@@ -40,7 +40,7 @@ impl Default for PsConfig {
 }
 
 /// Messages of parameter-server SGD.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PsMsg {
     /// Ask for the shard's slice.
     Pull,

@@ -42,7 +42,7 @@ impl EasgdConfig {
 }
 
 /// Messages of EASGD.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum EasgdMsg {
     /// A worker's parameters for an elastic exchange.
     Exchange {

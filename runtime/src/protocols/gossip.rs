@@ -72,7 +72,7 @@ impl Default for GossipConfig {
 }
 
 /// Messages of gossip SGD.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum GossipMsg {
     /// Asks for the receiver's parameters.
     PullRequest,

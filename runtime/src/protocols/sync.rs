@@ -45,7 +45,7 @@ impl Default for SyncConfig {
 }
 
 /// Messages of synchronous SGD.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SyncMsg {
     /// One round of a message-level collective.
     Chunk {
@@ -96,7 +96,7 @@ pub enum SyncMsg {
 }
 
 /// The state a probe's donor hands to the other members.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StateMsg {
     /// Epoch.
     pub epoch: u32,

@@ -1,0 +1,634 @@
+//! The real executor: one MPI process per rank drives the same [`Protocol`] state machines as
+//! the simulator, through the same [`Context`] API, on the wall clock and a real network.
+//!
+//! - **Messages** are serialised with bincode and sent by a sender thread with blocking standard
+//!   sends (so a large message never blocks the protocol), one tag per kind of traffic; the main
+//!   thread polls for arrivals with a non-blocking matched probe.
+//! - **Timers** run on the wall clock (`now` is the time since the common start, after a barrier).
+//! - **Gradients** are computed on a compute thread, one after another, with the real workload;
+//!   a gradient takes at least the compute model's duration (base step time, jitter and
+//!   stragglers from the same named random streams as the simulator), by sleeping the rest, so a
+//!   timing-only workload emulates a device and a straggler is an injected delay.
+//! - **Crashes**: a crashed rank stops participating (drops what arrives, sends nothing, its
+//!   timers and gradients are void) and the MPI job stays up; a restart calls `on_restart` and
+//!   `on_start` as in the simulator.
+//! - **Stopping**: every rank stops at the wall-time limit; a rank that meets the iteration or
+//!   update rule tells the others. Before leaving, every rank announces that it has sent its
+//!   last message and drains what is still arriving, so no send is left blocked.
+//! - **Evaluation**: every `eval_every_s` each rank snapshots its model view locally; at the end
+//!   rank 0 gathers the snapshots and the counters and evaluates the consensus of each instant,
+//!   so the run's `metrics.csv` has the simulator's format with wall-clock times.
+
+use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use crate::run::TrainConfig;
+use crate::sim_exec::{consensus_of, RunResult, StopReason};
+use dsgd_models::{GradRequest, Workload};
+use dsgd_sim::compute::ComputeModel;
+use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams, TimerId};
+use mpi::point_to_point::Status;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use rand::RngCore;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+const DATA: i32 = 1;
+const STOP: i32 = 2;
+const DONE: i32 = 3;
+const REPORT: i32 = 4;
+
+/// A crash of a rank in a real run, and its restart.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RealCrash {
+    /// The rank.
+    pub node: usize,
+    /// Wall seconds after the start.
+    pub at_s: f64,
+    /// When it comes back, if it does.
+    pub restart_s: Option<f64>,
+}
+
+/// What a real run needs beyond the algorithm's roles.
+#[derive(Clone, Debug)]
+pub struct RealConfig {
+    /// Root seed (data order, protocol randomness and compute jitter streams).
+    pub seed: u64,
+    /// The compute model: each gradient takes at least its duration.
+    pub compute: ComputeConfig,
+    /// Crashes to inject.
+    pub crashes: Vec<RealCrash>,
+}
+
+fn codec() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+fn encode<T: Serialize>(x: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(x, codec()).expect("protocol messages serialise")
+}
+
+fn decode<T: DeserializeOwned>(b: &[u8]) -> T {
+    bincode::serde::decode_from_slice(b, codec()).expect("a message from a rank of the same binary").0
+}
+
+/// A model view that owns its data, to snapshot and send.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum OwnedView {
+    Replica { params: Vec<f32>, weight: f64 },
+    Shard { offset: usize, params: Vec<f32> },
+    Nothing,
+}
+
+impl OwnedView {
+    fn of(v: View<'_>) -> Self {
+        match v {
+            View::Replica { params, weight } => OwnedView::Replica { params: params.into_owned(), weight },
+            View::Shard { offset, params } => OwnedView::Shard { offset, params: params.to_vec() },
+            View::Nothing => OwnedView::Nothing,
+        }
+    }
+    fn view(&self) -> View<'_> {
+        match self {
+            OwnedView::Replica { params, weight } => View::Replica { params: params.into(), weight: *weight },
+            OwnedView::Shard { offset, params } => View::Shard { offset: *offset, params },
+            OwnedView::Nothing => View::Nothing,
+        }
+    }
+}
+
+/// One rank's account of the run, sent to rank 0 at the end.
+#[derive(Serialize, Deserialize)]
+struct Report {
+    updates: u64,
+    gradients: u64,
+    staleness: BTreeMap<u64, u64>,
+    iteration_ns: Vec<u64>,
+    notes: Vec<Note>,
+    timeline: Vec<crate::metrics::Interval>,
+    times: TimeBreakdown,
+    /// `(evaluation index, cumulative updates of this rank, live, view)`.
+    snapshots: Vec<(usize, u64, bool, OwnedView)>,
+    final_view: OwnedView,
+    up: bool,
+    end_s: f64,
+    messages_sent: u64,
+    messages_delivered: u64,
+    bytes_sent: u64,
+    crashes: u64,
+    restarts: u64,
+    stop: Option<StopReason>,
+}
+
+struct GradJob {
+    job: u64,
+    inc: u64,
+    params: Vec<f32>,
+    batch: usize,
+    seed: u64,
+    at_least: Duration,
+}
+
+struct GradDone {
+    job: u64,
+    inc: u64,
+    grad: Vec<f32>,
+    loss: f64,
+}
+
+/// The context of one rank.
+struct RealCtx<'a, M> {
+    rank: usize,
+    ranks: usize,
+    start: Instant,
+    out: &'a mpsc::Sender<(i32, i32, Vec<u8>)>,
+    compute: &'a mpsc::Sender<GradJob>,
+    model: &'a mut ComputeModel,
+    timers: &'a mut BTreeMap<(u64, u64), u64>,
+    timer_keys: &'a mut BTreeMap<u64, (u64, u64)>,
+    next_timer: &'a mut u64,
+    next_job: &'a mut u64,
+    inc: u64,
+    workload: &'a dyn Workload,
+    data_rng: &'a mut StreamRng,
+    proto_rng: &'a mut StreamRng,
+    clock: &'a mut Clock,
+    metrics: &'a mut Metrics,
+    window: SimTime,
+    sent: &'a mut (u64, u64),
+    _msg: std::marker::PhantomData<M>,
+}
+
+/// Receives one waiting message, if there is one: a non-blocking probe, then a receive of exactly
+/// the probed message (only the main thread receives, so nothing can take it in between).
+pub fn try_receive(world: &SimpleCommunicator) -> Option<(Vec<u8>, Status)> {
+    let probed = world.any_process().immediate_probe()?;
+    let (buf, status) = world.process_at_rank(probed.source_rank()).receive_vec_with_tag::<u8>(probed.tag());
+    Some((buf, status))
+}
+
+fn now_of(start: Instant) -> SimTime {
+    SimTime(start.elapsed().as_nanos() as u64)
+}
+
+impl<M: Serialize> Context<M> for RealCtx<'_, M> {
+    fn now(&self) -> SimTime {
+        now_of(self.start)
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn ranks(&self) -> usize {
+        self.ranks
+    }
+    fn send(&mut self, to: usize, msg: M, bytes: u64) {
+        self.sent.0 += 1;
+        self.sent.1 += bytes;
+        let _ = self.out.send((to as i32, DATA, encode(&msg)));
+    }
+    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {
+        let id = *self.next_timer;
+        *self.next_timer += 1;
+        let key = ((self.now() + after).as_nanos(), id);
+        self.timers.insert(key, tag);
+        self.timer_keys.insert(id, key);
+        TimerId(id)
+    }
+    fn cancel_timer(&mut self, timer: TimerId) {
+        if let Some(key) = self.timer_keys.remove(&timer.0) {
+            self.timers.remove(&key);
+        }
+    }
+    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
+        let job = *self.next_job;
+        *self.next_job += 1;
+        let seed = self.data_rng.next_u64();
+        let now = self.now();
+        let at_least = Duration::from_nanos(self.model.step_time(self.rank, now, 1.0).as_nanos());
+        let _ = self.compute.send(GradJob { job, inc: self.inc, params, batch, seed, at_least });
+        if self.clock.state != State::Phase(Phase::Computing) {
+            self.clock.switch(now, State::Phase(Phase::Computing), self.rank, self.window, &mut self.metrics.timeline);
+        }
+        dsgd_sim::JobId(job)
+    }
+    fn workload(&self) -> &dyn Workload {
+        self.workload
+    }
+    fn set_phase(&mut self, phase: Phase) {
+        if self.clock.state != State::Phase(phase) {
+            let now = self.now();
+            self.clock.switch(now, State::Phase(phase), self.rank, self.window, &mut self.metrics.timeline);
+        }
+    }
+    fn record_update(&mut self, staleness: u64) {
+        self.metrics.updates += 1;
+        *self.metrics.staleness.entry(staleness).or_default() += 1;
+    }
+    fn record_iteration(&mut self, took: SimDuration) {
+        self.metrics.iteration_times.push(took);
+    }
+    fn random(&mut self) -> u64 {
+        self.proto_rng.next_u64()
+    }
+    fn absorb(&mut self, _x: u64) {}
+    fn note(&mut self, what: String) {
+        let time_s = self.now().as_secs_f64();
+        self.metrics.notes.push(Note { time_s, rank: self.rank, what });
+    }
+}
+
+/// The per-rank state the loop owns.
+struct Rank<P: Protocol> {
+    role: P,
+    rank: usize,
+    ranks: usize,
+    start: Instant,
+    out: mpsc::Sender<(i32, i32, Vec<u8>)>,
+    compute: mpsc::Sender<GradJob>,
+    model: ComputeModel,
+    timers: BTreeMap<(u64, u64), u64>,
+    timer_keys: BTreeMap<u64, (u64, u64)>,
+    next_timer: u64,
+    next_job: u64,
+    inc: u64,
+    workload: Arc<dyn Workload>,
+    data_rng: StreamRng,
+    proto_rng: StreamRng,
+    clock: Clock,
+    metrics: Metrics,
+    window: SimTime,
+    sent: (u64, u64),
+}
+
+impl<P: Protocol> Rank<P>
+where
+    P::Msg: Serialize,
+{
+    fn with_ctx(&mut self, f: impl FnOnce(&mut P, &mut dyn Context<P::Msg>)) {
+        let mut ctx = RealCtx {
+            rank: self.rank,
+            ranks: self.ranks,
+            start: self.start,
+            out: &self.out,
+            compute: &self.compute,
+            model: &mut self.model,
+            timers: &mut self.timers,
+            timer_keys: &mut self.timer_keys,
+            next_timer: &mut self.next_timer,
+            next_job: &mut self.next_job,
+            inc: self.inc,
+            workload: &*self.workload,
+            data_rng: &mut self.data_rng,
+            proto_rng: &mut self.proto_rng,
+            clock: &mut self.clock,
+            metrics: &mut self.metrics,
+            window: self.window,
+            sent: &mut self.sent,
+            _msg: std::marker::PhantomData,
+        };
+        f(&mut self.role, &mut ctx);
+    }
+    fn switch(&mut self, to: State) {
+        let now = now_of(self.start);
+        self.clock.switch(now, to, self.rank, self.window, &mut self.metrics.timeline);
+    }
+}
+
+fn compute_thread(
+    workload: Arc<dyn Workload>,
+    worker: usize,
+    jobs: mpsc::Receiver<GradJob>,
+    done: mpsc::Sender<GradDone>,
+) {
+    for j in jobs {
+        let t = Instant::now();
+        let mut grad = vec![0f32; j.params.len()];
+        let loss = if j.params.is_empty() {
+            f64::NAN
+        } else {
+            workload.gradient(&j.params, GradRequest { worker, batch: j.batch, seed: j.seed }, &mut grad)
+        };
+        if let Some(rest) = j.at_least.checked_sub(t.elapsed()) {
+            std::thread::sleep(rest);
+        }
+        if done.send(GradDone { job: j.job, inc: j.inc, grad, loss }).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs this process's rank of a real run. `roles` holds a role for every rank (only this rank's
+/// is used); `world.size()` must equal `roles.len()`. Returns the run's result on rank 0 and
+/// `None` elsewhere.
+pub fn run_real<P>(
+    world: &SimpleCommunicator,
+    mut roles: Vec<P>,
+    workload: Arc<dyn Workload>,
+    train: TrainConfig,
+    cfg: &RealConfig,
+) -> Result<Option<RunResult>, String>
+where
+    P: Protocol,
+    P::Msg: Serialize + DeserializeOwned,
+{
+    let ranks = roles.len();
+    if world.size() as usize != ranks {
+        return Err(format!(
+            "this spec needs {ranks} ranks (workers and servers) but mpirun started {}; run it with `mpirun -np {ranks}`",
+            world.size()
+        ));
+    }
+    let me = world.rank() as usize;
+    let role = roles.swap_remove(me);
+    let streams = Streams::new(cfg.seed);
+    let model = ComputeModel::new(&cfg.compute, ranks, &streams).map_err(|e| e.to_string())?;
+    let (out_tx, out_rx) = mpsc::channel::<(i32, i32, Vec<u8>)>();
+    let sender = std::thread::spawn(move || {
+        let world = SimpleCommunicator::world();
+        for (to, tag, buf) in out_rx {
+            world.process_at_rank(to).send_with_tag(&buf[..], tag);
+        }
+    });
+    let (job_tx, job_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let w = workload.clone();
+    let computer = std::thread::spawn(move || compute_thread(w, me, job_rx, done_tx));
+
+    world.barrier();
+    let start = Instant::now();
+    let mut r = Rank {
+        role,
+        rank: me,
+        ranks,
+        start,
+        out: out_tx,
+        compute: job_tx,
+        model,
+        timers: BTreeMap::new(),
+        timer_keys: BTreeMap::new(),
+        next_timer: 0,
+        next_job: 0,
+        inc: 0,
+        workload,
+        data_rng: streams.stream("data", me as u64),
+        proto_rng: streams.stream("protocol", me as u64),
+        clock: Clock::new(),
+        metrics: Metrics::default(),
+        window: SimTime::from_secs_f64(train.timeline_s),
+        sent: (0, 0),
+    };
+    let end = SimTime::from_secs_f64(train.stop.sim_time_s);
+    let every = SimDuration::from_secs_f64(train.eval_every_s).max(SimDuration(1));
+    let mut crashes: Vec<RealCrash> = cfg.crashes.iter().filter(|c| c.node == me).copied().collect();
+    crashes.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let mut up = true;
+    let mut restart_at: Option<SimTime> = None;
+    let (mut crash_count, mut restart_count, mut delivered) = (0u64, 0u64, 0u64);
+    let mut snapshots = Vec::new();
+    let mut next_eval = 0usize;
+    let mut stop = None;
+    let mut done_from = vec![false; ranks];
+
+    r.with_ctx(|p, c| p.on_start(c));
+    loop {
+        let now = now_of(start);
+        let mut busy = false;
+        // Evaluation snapshots, taken locally at every multiple of `every`.
+        while SimTime(every.as_nanos() * next_eval as u64) <= now.min(end) {
+            let view = if up { OwnedView::of(r.role.view()) } else { OwnedView::Nothing };
+            snapshots.push((next_eval, r.metrics.updates, up, view));
+            next_eval += 1;
+        }
+        if now >= end {
+            stop.get_or_insert(StopReason::SimTime);
+            break;
+        }
+        if stop.is_some() {
+            break;
+        }
+        // Injected crashes and restarts.
+        if up && crashes.first().is_some_and(|c| SimTime::from_secs_f64(c.at_s) <= now) {
+            let c = crashes.remove(0);
+            up = false;
+            crash_count += 1;
+            r.inc += 1;
+            r.timers.clear();
+            r.timer_keys.clear();
+            r.switch(State::Crashed);
+            r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "crashed".into() });
+            r.role.on_crash();
+            restart_at = c.restart_s.map(SimTime::from_secs_f64);
+        }
+        if !up && restart_at.is_some_and(|t| t <= now) {
+            up = true;
+            restart_at = None;
+            restart_count += 1;
+            r.switch(State::Phase(Phase::Idle));
+            r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "restarted".into() });
+            r.with_ctx(|p, c| {
+                p.on_restart(c);
+                p.on_start(c);
+            });
+        }
+        // Timers due.
+        while let Some((&(at, id), &tag)) = r.timers.first_key_value() {
+            if at > now_of(start).as_nanos() {
+                break;
+            }
+            r.timers.remove(&(at, id));
+            r.timer_keys.remove(&id);
+            busy = true;
+            r.with_ctx(|p, c| p.on_timer(c, tag));
+        }
+        // Finished gradients.
+        while let Ok(d) = done_rx.try_recv() {
+            busy = true;
+            if d.inc != r.inc || !up {
+                continue;
+            }
+            r.metrics.gradients += 1;
+            r.switch(State::Phase(Phase::Idle));
+            r.with_ctx(|p, c| p.on_gradient(c, dsgd_sim::JobId(d.job), d.grad, d.loss));
+        }
+        // Messages.
+        while let Some((buf, status)) = try_receive(world) {
+            busy = true;
+            match status.tag() {
+                DATA if up => {
+                    delivered += 1;
+                    let m: P::Msg = decode(&buf);
+                    let from = status.source_rank() as usize;
+                    r.with_ctx(|p, c| p.on_message(c, from, m));
+                }
+                STOP => {
+                    let why: StopReason = decode(&buf);
+                    stop.get_or_insert(why);
+                }
+                // A rank that stopped first has sent its last message: it has stopped, so do we.
+                DONE => {
+                    done_from[status.source_rank() as usize] = true;
+                    stop.get_or_insert(StopReason::SimTime);
+                }
+                _ => {}
+            }
+        }
+        let iterations = r.metrics.iterations();
+        let hit = if train.stop.iterations.is_some_and(|n| iterations >= n) {
+            Some(StopReason::Iterations)
+        } else if train.stop.updates.is_some_and(|n| r.metrics.updates >= n) {
+            Some(StopReason::Updates)
+        } else {
+            None
+        };
+        if let (Some(why), None) = (hit, stop) {
+            stop = Some(why);
+            for to in (0..ranks).filter(|&t| t != me) {
+                let _ = r.out.send((to as i32, STOP, encode(&why)));
+            }
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    let end_time = now_of(start);
+    let state = r.clock.state;
+    r.switch(state);
+    let final_view = if up { OwnedView::of(r.role.view()) } else { OwnedView::Nothing };
+
+    // Announce the last message, then drain until every other rank has announced its own.
+    for to in (0..ranks).filter(|&t| t != me) {
+        let _ = r.out.send((to as i32, DONE, Vec::new()));
+    }
+    drop(r.out);
+    drop(r.compute);
+    done_from[me] = true;
+    while !done_from.iter().all(|&d| d) || !sender.is_finished() {
+        match try_receive(world) {
+            Some((_, status)) => {
+                if status.tag() == DONE {
+                    done_from[status.source_rank() as usize] = true;
+                }
+            }
+            None => std::thread::sleep(Duration::from_micros(50)),
+        }
+    }
+    sender.join().map_err(|_| "the sender thread panicked".to_string())?;
+    drop(done_rx);
+    computer.join().map_err(|_| "the compute thread panicked".to_string())?;
+    world.barrier();
+
+    let report = Report {
+        updates: r.metrics.updates,
+        gradients: r.metrics.gradients,
+        staleness: r.metrics.staleness.clone(),
+        iteration_ns: r.metrics.iteration_times.iter().map(|d| d.as_nanos()).collect(),
+        notes: r.metrics.notes.clone(),
+        timeline: r.metrics.timeline.clone(),
+        times: r.clock.times,
+        snapshots,
+        final_view,
+        up,
+        end_s: end_time.as_secs_f64(),
+        messages_sent: r.sent.0,
+        messages_delivered: delivered,
+        bytes_sent: r.sent.1,
+        crashes: crash_count,
+        restarts: restart_count,
+        stop,
+    };
+    if me != 0 {
+        world.process_at_rank(0).send_with_tag(&encode(&report)[..], REPORT);
+        world.barrier();
+        return Ok(None);
+    }
+    let mut reports = vec![report];
+    for from in 1..ranks {
+        let (buf, _) = world.process_at_rank(from as i32).receive_vec_with_tag::<u8>(REPORT);
+        reports.push(decode(&buf));
+    }
+    world.barrier();
+    Ok(Some(assemble(reports, &*r.workload, &train, every)))
+}
+
+/// Rank 0 turns every rank's report into the run's result.
+fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, every: SimDuration) -> RunResult {
+    let dim = if workload.timing_only() { 0 } else { workload.param_count() };
+    let mut metrics = Metrics::default();
+    let mut stats = SimStats::default();
+    for rep in &reports {
+        metrics.updates += rep.updates;
+        metrics.gradients += rep.gradients;
+        for (&k, &c) in &rep.staleness {
+            *metrics.staleness.entry(k).or_default() += c;
+        }
+        metrics.iteration_times.extend(rep.iteration_ns.iter().map(|&n| SimDuration(n)));
+        metrics.notes.extend(rep.notes.iter().cloned());
+        metrics.timeline.extend(rep.timeline.iter().copied());
+        stats.messages_sent += rep.messages_sent;
+        stats.messages_delivered += rep.messages_delivered;
+        stats.bytes_sent += rep.bytes_sent;
+        stats.crashes += rep.crashes;
+        stats.restarts += rep.restarts;
+        stats.events += rep.messages_delivered + rep.gradients;
+    }
+    metrics.notes.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.rank.cmp(&b.rank)));
+    let evals = reports.iter().map(|r| r.snapshots.len()).min().unwrap_or(0);
+    let reached = |s: &Sample| {
+        train.stop.target_loss.is_some_and(|t| s.loss <= t)
+            || train.stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
+    };
+    let mut time_to_target = None;
+    for k in 0..evals {
+        let views = reports.iter().map(|r| r.snapshots[k].3.view());
+        let (model, distance, _) = consensus_of(views, dim);
+        let eval = workload.evaluate(&model);
+        let sample = Sample {
+            time_s: (every.as_nanos() * k as u64) as f64 / 1e9,
+            loss: eval.loss,
+            accuracy: eval.accuracy,
+            consensus_distance: distance,
+            node_losses: Vec::new(),
+            updates: reports.iter().map(|r| r.snapshots[k].1).sum(),
+            live: reports.iter().filter(|r| r.snapshots[k].2).count(),
+        };
+        if time_to_target.is_none() && reached(&sample) {
+            time_to_target = Some(sample.time_s);
+        }
+        metrics.samples.push(sample);
+    }
+    let end_s = reports.iter().map(|r| r.end_s).fold(0.0, f64::max);
+    let (final_params, distance, replicas) = consensus_of(reports.iter().map(|r| r.final_view.view()), dim);
+    let eval = workload.evaluate(&final_params);
+    metrics.samples.push(Sample {
+        time_s: end_s,
+        loss: eval.loss,
+        accuracy: eval.accuracy,
+        consensus_distance: distance,
+        node_losses: replicas.iter().map(|p| p.as_ref().map(|p| workload.evaluate(p).loss)).collect(),
+        updates: metrics.updates,
+        live: reports.iter().filter(|r| r.up).count(),
+    });
+    if time_to_target.is_none() && metrics.samples.last().is_some_and(reached) {
+        time_to_target = Some(end_s);
+    }
+    let stop = reports.iter().find_map(|r| r.stop.filter(|s| *s != StopReason::SimTime)).unwrap_or(StopReason::SimTime);
+    // Real runs are not replayable: the digest identifies the final model only.
+    let digest = final_params
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x0100_0000_01b3));
+    RunResult {
+        digest,
+        stop,
+        sim_time: SimTime::from_secs_f64(end_s),
+        stats,
+        times: reports.iter().map(|r| r.times).collect(),
+        time_to_target,
+        final_params,
+        trace: None,
+        recording: None,
+        metrics,
+    }
+}
