@@ -365,6 +365,8 @@ mod tests {
         // torchvision's resnet18(): 11,689,512 trainable parameters; 9,600 running-statistic
         // values (mean and variance of 4,800 BatchNorm channels) are state.
         assert_eq!(parameter_counts(&NetKind::ResNet18, 3, 1000), (11_689_512, 9_600));
+        // On Fashion-MNIST: a one-channel stem (2·64·49 fewer) and 10 classes (990·513 fewer).
+        assert_eq!(parameter_counts(&NetKind::ResNet18, 1, 10).0, 11_689_512 - 2 * 64 * 49 - 990 * 513);
         // He et al.'s ResNet-20 with parameter-free shortcuts: 0.27M (269,722) on CIFAR-10.
         assert_eq!(parameter_counts(&NetKind::ResNet20, 3, 10), (269_722, 2 * (16 + 6 * (16 + 32 + 64))));
         // One input channel: the first convolution has 2·16·9 fewer weights.
