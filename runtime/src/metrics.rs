@@ -127,6 +127,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts an applied update computed on parameters `staleness` versions old.
+    pub fn record_update(&mut self, staleness: u64) {
+        self.updates += 1;
+        *self.staleness.entry(staleness).or_default() += 1;
+    }
+
     /// Synchronous iterations recorded.
     pub fn iterations(&self) -> u64 {
         self.iteration_times.len() as u64

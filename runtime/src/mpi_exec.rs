@@ -224,8 +224,7 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
         }
     }
     fn record_update(&mut self, staleness: u64) {
-        self.metrics.updates += 1;
-        *self.metrics.staleness.entry(staleness).or_default() += 1;
+        self.metrics.record_update(staleness);
     }
     fn record_iteration(&mut self, took: SimDuration) {
         self.metrics.iteration_times.push(took);
