@@ -86,12 +86,19 @@ mod tests {
         assert_ne!(draws(s.stream("compute", 7)), draws(Streams::new(43).stream("compute", 7)));
     }
 
+    const PINNED_SEED: [u8; 8] = [222, 194, 27, 44, 24, 101, 16, 79];
+    const PINNED_COMPUTE_0: [u64; 3] = [0x1b54_46e9_85b5_fc83, 0xbcc6_f9e4_d8fe_a14a, 0x076a_2bdd_e555_759e];
+    const PINNED_DATA_3: [u64; 3] = [0xb05a_ffba_4dd9_8fdb, 0xdfab_a36c_b423_1a85, 0x795f_f045_2337_69c9];
+    const PINNED_FORK: u64 = 0x7d1c_7905_ed0b_7f18;
+
     #[test]
     fn derivation_is_pinned() {
         // Changing the derivation silently changes every stored result; this pins it.
-        let mut r = Streams::new(1).stream("compute", 0);
-        let first = r.random::<u64>();
-        assert_eq!(first, Streams::new(1).stream("compute", 0).random::<u64>());
+        let s = Streams::new(1);
+        assert_eq!(s.seed_of("compute", 0)[..8], PINNED_SEED);
+        assert_eq!(draws(s.stream("compute", 0))[..3], PINNED_COMPUTE_0);
+        assert_eq!(draws(Streams::new(7).stream("data", 3))[..3], PINNED_DATA_3);
+        assert_eq!(Streams::new(1).fork("rep", 2).root(), PINNED_FORK);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(splitmix64(0), 0xe220_a839_7b1d_cdaf);
     }
