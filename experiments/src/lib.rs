@@ -1,5 +1,6 @@
 //! `dsgd-experiments`: the `dsgd` command line's library: specs, runs, sweeps, replay, plots.
 
+pub mod analysis;
 pub mod execute;
 pub mod gradbench;
 pub mod load;

@@ -6,7 +6,7 @@ use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::{fresh_dir, write_atomic};
 use dsgd_experiments::spec::GradientTime;
 use dsgd_experiments::sweep::{self, RunRecord};
-use dsgd_experiments::{plot, report};
+use dsgd_experiments::{analysis, plot, report};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -204,25 +204,23 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
 
 fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
     let runs = sweep::collect_runs(out)?;
-    let rows = sweep::aggregate(&runs);
-    write_atomic(&out.join("aggregate.csv"), sweep::aggregate_csv(&rows).as_bytes()).map_err(|e| e.to_string())?;
-    let best = sweep::best(&rows);
-    let mut md = format!("# {}\n\nMeans ± 95% confidence half-widths over seeds.\n\n", out.display());
+    let rows = analysis::aggregate(&runs);
+    let io = |e: std::io::Error| format!("cannot write into {}: {e}", out.display());
+    write_atomic(&out.join("runs.csv"), analysis::runs_csv(&runs).as_bytes()).map_err(io)?;
+    write_atomic(&out.join("aggregate.csv"), analysis::aggregate_csv(&rows).as_bytes()).map_err(io)?;
+    let best = analysis::best(&rows);
+    out!("Target: {}", report::target_text(&runs));
     if best.len() < rows.len() {
-        let t = report::table(&best);
-        out!("Best variant of each algorithm and node count:\n{t}");
-        md.push_str(&format!("## Best variant of each algorithm and node count\n\n{t}\n## Every variant\n\n"));
-        md.push_str(&report::table(&rows));
+        out!("Best variant of each algorithm and node count:\n{}", report::table(&best));
     } else {
-        let t = report::table(&rows);
-        out!("{t}");
-        md.push_str(&t);
+        out!("{}", report::table(&rows));
     }
-    write_atomic(&out.join("report.md"), md.as_bytes()).map_err(|e| e.to_string())?;
+    let md = report::report_md(&out.display().to_string(), &runs, &rows, &best);
+    write_atomic(&out.join("report.md"), md.as_bytes()).map_err(io)?;
     if draw {
-        let files = plot::all(&sweep::best_runs(&runs), &out.join("plots"))?;
+        let files = plot::all(&analysis::best_runs(&runs), &out.join("plots"))?;
         out!(
-            "report: {}  figures: {}/ ({} files)",
+            "report: {}  tables: runs.csv, aggregate.csv  figures: {}/ ({} files)",
             out.join("report.md").display(),
             out.join("plots").display(),
             files.len()
@@ -318,6 +316,17 @@ fn bench_gradient(
     Ok(ExitCode::SUCCESS)
 }
 
+/// True if `new` agrees with the `summary.json` recorded in `dir` on every field that file has,
+/// except the wall time (fields added since it was written are not compared).
+fn same_summary(dir: &Path, new: &dsgd_experiments::output::Summary) -> Result<bool, String> {
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let old: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let new = serde_json::to_value(new).expect("serialises");
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else { return Ok(false) };
+    Ok(old.iter().filter(|(k, _)| *k != "wall_time_s").all(|(k, v)| new.get(k) == Some(v)))
+}
+
 fn replay(dir: &Path) -> Result<ExitCode, String> {
     let runs = sweep::collect_runs(dir)?;
     let mut bad = 0;
@@ -331,14 +340,10 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
             ));
         }
         let outcome = execute_with(&r.spec, false, recording)?;
-        let strip = |s: &dsgd_experiments::output::Summary| {
-            let mut v = serde_json::to_value(s).expect("serialises");
-            v.as_object_mut().expect("object").remove("wall_time_s");
-            v
-        };
-        let same_summary = strip(&outcome.summary) == strip(&r.summary);
+        let same_summary = same_summary(&r.dir, &outcome.summary)?;
         let csv = std::fs::read_to_string(r.dir.join("metrics.csv")).unwrap_or_default();
-        let same_metrics = csv == dsgd_experiments::output::metrics_csv(&outcome.result);
+        let same_metrics =
+            dsgd_experiments::output::same_csv(&csv, &dsgd_experiments::output::metrics_csv(&outcome.result));
         if outcome.summary.digest == r.summary.digest && same_summary && same_metrics {
             out!("identical  {}  digest {}", r.dir.display(), r.summary.digest);
         } else {
@@ -363,7 +368,7 @@ fn plot_dirs(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<ExitCode, String>
         runs.extend(sweep::collect_runs(d)?);
     }
     let out = out.unwrap_or_else(|| dirs[0].join("plots"));
-    let files = plot::all(&sweep::best_runs(&runs), &out)?;
+    let files = plot::all(&analysis::best_runs(&runs), &out)?;
     for f in &files {
         out!("{}", f.display());
     }

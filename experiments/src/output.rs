@@ -3,7 +3,7 @@
 //! renamed into place at the end, so a run folder is either complete or absent.
 
 use crate::spec::Spec;
-use dsgd_runtime::metrics::{Note, TimeBreakdown};
+use dsgd_runtime::metrics::{Note, Sample, TimeBreakdown};
 use dsgd_runtime::sim_exec::{RunResult, StopReason};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,7 +37,20 @@ pub struct FaultCounts {
     pub lost_at_random: u64,
 }
 
-/// `summary.json`.
+/// When and at which loss a run diverged.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// Simulated time of the first evaluation that showed it, seconds.
+    pub time_s: f64,
+    /// The loss then (null when it was not a number).
+    pub loss: Option<f64>,
+}
+
+/// A run diverged when its consensus loss becomes NaN or infinite, or exceeds this many times
+/// its loss at the first evaluation.
+pub const DIVERGENCE_FACTOR: f64 = 100.0;
+
+/// `summary.json`. Fields added after the first release default when an older file is read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// The spec's name.
@@ -48,6 +61,9 @@ pub struct Summary {
     pub nodes: usize,
     /// Seed.
     pub seed: u64,
+    /// Hash (FNV-1a, hex) of the resolved spec's compact JSON: what a resumed sweep compares.
+    #[serde(default)]
+    pub spec_hash: String,
     /// The run's digest (hex): events, evaluated losses and final parameters.
     pub digest: String,
     /// Events processed.
@@ -68,12 +84,21 @@ pub struct Summary {
     pub iterations: u64,
     /// Iteration times (sync only).
     pub iteration_time_s: Option<IterationTimes>,
-    /// Loss of the consensus model at the end.
+    /// Loss of the consensus model at the end (null when no model existed then, or when it was
+    /// not a finite number; see `diverged`).
     pub final_loss: Option<f64>,
     /// Its accuracy, for classifiers.
     pub final_accuracy: Option<f64>,
     /// Simulated time at which the target was reached.
     pub time_to_target_s: Option<f64>,
+    /// Evaluations at which no model existed (every replica down, or a server shard down): they
+    /// have no loss and cannot meet the target.
+    #[serde(default)]
+    pub evaluations_without_model: u64,
+    /// When the consensus loss first became non-finite or exceeded `DIVERGENCE_FACTOR` times
+    /// its first value; null if it never did.
+    #[serde(default)]
+    pub diverged: Option<Divergence>,
     /// Bytes sent.
     pub bytes_sent: u64,
     /// Messages sent.
@@ -101,6 +126,21 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The first evaluation at which the loss diverged (see [`DIVERGENCE_FACTOR`]).
+pub fn divergence(samples: &[Sample]) -> Option<Divergence> {
+    let first = samples.iter().find_map(|s| s.loss).filter(|l| l.is_finite())?;
+    samples
+        .iter()
+        .find(|s| s.loss.is_some_and(|l| !l.is_finite() || l > DIVERGENCE_FACTOR * first.abs().max(f64::MIN_POSITIVE)))
+        .map(|s| Divergence { time_s: s.time_s, loss: s.loss.and_then(finite) })
+}
+
+/// FNV-1a hash of the resolved spec's compact JSON, as hex.
+pub fn spec_hash(spec: &Spec) -> String {
+    let json = serde_json::to_string(spec).expect("plain data serialises");
+    format!("{:016x}", dsgd_sim::rng::fnv1a64(json.as_bytes()))
+}
+
 impl Summary {
     /// Builds the summary of a finished run.
     pub fn new(spec: &Spec, r: &RunResult, wall_time_s: f64) -> Self {
@@ -118,6 +158,7 @@ impl Summary {
             algorithm: spec.algorithm.label(),
             nodes: spec.nodes,
             seed: spec.seed,
+            spec_hash: spec_hash(spec),
             digest: format!("{:016x}", r.digest),
             events: r.stats.events,
             sim_time_s,
@@ -135,9 +176,11 @@ impl Summary {
             gradients: r.metrics.gradients,
             iterations: r.metrics.iterations(),
             iteration_time_s,
-            final_loss: last.and_then(|s| finite(s.loss)),
+            final_loss: last.and_then(|s| s.loss).and_then(finite),
             final_accuracy: last.and_then(|s| s.accuracy),
             time_to_target_s: r.time_to_target,
+            evaluations_without_model: r.metrics.samples.iter().filter(|s| s.loss.is_none()).count() as u64,
+            diverged: divergence(&r.metrics.samples),
             bytes_sent: r.stats.bytes_sent,
             messages_sent: r.stats.messages_sent,
             mean_staleness: r.metrics.mean_staleness(),
@@ -162,22 +205,44 @@ fn opt(x: Option<f64>) -> String {
     x.map_or(String::new(), |v| format!("{v}"))
 }
 
-/// `metrics.csv`: one row per evaluation.
+/// `metrics.csv`: one row per evaluation. `loss` is empty when it is not a finite number or
+/// when there was no model (`model` is 0 then).
 pub fn metrics_csv(r: &RunResult) -> String {
-    let mut s = String::from("time_s,loss,accuracy,consensus_distance,updates,live\n");
+    let mut s = String::from("time_s,loss,accuracy,consensus_distance,updates,live,model\n");
     for m in &r.metrics.samples {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{}",
             m.time_s,
-            opt(finite(m.loss)),
+            opt(m.loss.and_then(finite)),
             opt(m.accuracy),
             m.consensus_distance,
             m.updates,
-            m.live
+            m.live,
+            u8::from(m.loss.is_some())
         );
     }
     s
+}
+
+/// True if `new` holds the same table as `old`, comparing only `old`'s columns (so a run
+/// recorded before a column was added still replays).
+pub fn same_csv(old: &str, new: &str) -> bool {
+    if old == new {
+        return true;
+    }
+    let (mut o, mut n) = (old.lines(), new.lines());
+    let (Some(oh), Some(nh)) = (o.next(), n.next()) else { return false };
+    let nh: Vec<&str> = nh.split(',').collect();
+    let Some(cols) = oh.split(',').map(|c| nh.iter().position(|h| *h == c)).collect::<Option<Vec<usize>>>() else {
+        return false;
+    };
+    let (o, n): (Vec<&str>, Vec<&str>) = (o.collect(), n.collect());
+    o.len() == n.len()
+        && o.iter().zip(&n).all(|(a, b)| {
+            let b: Vec<&str> = b.split(',').collect();
+            a.split(',').eq(cols.iter().map(|&c| b.get(c).copied().unwrap_or("")))
+        })
 }
 
 /// `timeline.csv`: what each rank did over the timeline window.

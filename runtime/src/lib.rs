@@ -2,6 +2,7 @@
 //! ([`protocol`]), and the executor that drives them on the simulator ([`sim_exec`]).
 
 pub mod collectives;
+pub mod consensus;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;

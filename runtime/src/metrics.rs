@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 pub struct Sample {
     /// Simulated time, seconds.
     pub time_s: f64,
-    /// Loss of the consensus model (server parameters, or the average of live replicas).
-    pub loss: f64,
-    /// Its accuracy, for classifiers.
+    /// Loss of the consensus model (see [`crate::consensus`]); `None` when no model existed
+    /// (every replica down, or a parameter-server shard down). NaN or infinite if it diverged.
+    pub loss: Option<f64>,
+    /// Its accuracy, for classifiers (`None` without a model).
     pub accuracy: Option<f64>,
     /// Mean squared distance of live replicas from their average (0 with one replica or a server).
     pub consensus_distance: f64,

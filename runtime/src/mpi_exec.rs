@@ -19,10 +19,11 @@
 //!   rank 0 gathers the snapshots and the counters and evaluates the consensus of each instant,
 //!   so the run's `metrics.csv` has the simulator's format with wall-clock times.
 
+use crate::consensus::consensus_of;
 use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
-use crate::sim_exec::{consensus_of, RunResult, StopReason};
+use crate::sim_exec::{RunResult, StopReason};
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::compute::ComputeModel;
 use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams, TimerId};
@@ -576,19 +577,19 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
     metrics.notes.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.rank.cmp(&b.rank)));
     let evals = reports.iter().map(|r| r.snapshots.len()).min().unwrap_or(0);
     let reached = |s: &Sample| {
-        train.stop.target_loss.is_some_and(|t| s.loss <= t)
+        train.stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
             || train.stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
     };
     let mut time_to_target = None;
     for k in 0..evals {
         let views = reports.iter().map(|r| r.snapshots[k].3.view());
-        let (model, distance, _) = consensus_of(views, dim);
-        let eval = workload.evaluate(&model);
+        let c = consensus_of(views, dim);
+        let eval = c.evaluate(workload);
         let sample = Sample {
             time_s: (every.as_nanos() * k as u64) as f64 / 1e9,
-            loss: eval.loss,
-            accuracy: eval.accuracy,
-            consensus_distance: distance,
+            loss: eval.as_ref().map(|e| e.loss),
+            accuracy: eval.and_then(|e| e.accuracy),
+            consensus_distance: c.distance,
             node_losses: Vec::new(),
             updates: reports.iter().map(|r| r.snapshots[k].1).sum(),
             live: reports.iter().filter(|r| r.snapshots[k].2).count(),
@@ -599,20 +600,21 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
         metrics.samples.push(sample);
     }
     let end_s = reports.iter().map(|r| r.end_s).fold(0.0, f64::max);
-    let (final_params, distance, replicas) = consensus_of(reports.iter().map(|r| r.final_view.view()), dim);
-    let eval = workload.evaluate(&final_params);
+    let c = consensus_of(reports.iter().map(|r| r.final_view.view()), dim);
+    let eval = c.evaluate(workload);
     metrics.samples.push(Sample {
         time_s: end_s,
-        loss: eval.loss,
-        accuracy: eval.accuracy,
-        consensus_distance: distance,
-        node_losses: replicas.iter().map(|p| p.as_ref().map(|p| workload.evaluate(p).loss)).collect(),
+        loss: eval.as_ref().map(|e| e.loss),
+        accuracy: eval.and_then(|e| e.accuracy),
+        consensus_distance: c.distance,
+        node_losses: c.replicas.iter().map(|p| p.as_ref().map(|p| workload.evaluate(p).loss)).collect(),
         updates: metrics.updates,
         live: reports.iter().filter(|r| r.up).count(),
     });
     if time_to_target.is_none() && metrics.samples.last().is_some_and(reached) {
         time_to_target = Some(end_s);
     }
+    let final_params = c.model.unwrap_or_default();
     let stop = reports.iter().find_map(|r| r.stop.filter(|s| *s != StopReason::SimTime)).unwrap_or(StopReason::SimTime);
     // Real runs are not replayable: the digest identifies the final model only.
     let digest = final_params

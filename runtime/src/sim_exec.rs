@@ -6,6 +6,7 @@
 //! simulated time, applies the stopping rule and folds every evaluated loss and the final
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
+use crate::consensus::{consensus_of, Consensus, NO_MODEL};
 use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
@@ -85,7 +86,7 @@ pub struct RunResult {
     pub times: Vec<TimeBreakdown>,
     /// Simulated time of the first evaluation that met the target, if any.
     pub time_to_target: Option<f64>,
-    /// The consensus parameters at the end.
+    /// The consensus parameters at the end (empty when no model existed then).
     pub final_params: Vec<f32>,
     /// The engine's event trace, when tracing was on.
     pub trace: Option<dsgd_sim::Trace>,
@@ -126,43 +127,6 @@ impl Timing {
         self.used.per_rank[rank].push(ns);
         Some(SimDuration(ns))
     }
-}
-
-/// The consensus model of the ranks' `views` (one per rank, [`View::Nothing`] for a rank that is
-/// down): the parameter server's shards where there are any, else the mean of the replicas; with
-/// the mean squared distance of replicas from their mean, and each rank's replica.
-pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> (Vec<f32>, f64, Vec<Option<Vec<f32>>>) {
-    let mut server = vec![0f32; dim];
-    let mut has_server = false;
-    let mut replicas: Vec<Option<Vec<f32>>> = Vec::new();
-    for view in views {
-        let mut replica = None;
-        match view {
-            View::Shard { offset, params } => {
-                has_server = true;
-                server[offset..offset + params.len()].copy_from_slice(params);
-            }
-            View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
-                replica = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
-            }
-            _ => {}
-        }
-        replicas.push(replica);
-    }
-    let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
-    let mean: Vec<f64> = if live.is_empty() {
-        vec![0.0; dim]
-    } else {
-        (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect()
-    };
-    let distance = if live.is_empty() {
-        0.0
-    } else {
-        live.iter().map(|v| v.iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
-            / live.len() as f64
-    };
-    let model = if has_server { server } else { mean.iter().map(|&x| x as f32).collect() };
-    (model, distance, replicas)
 }
 
 /// Drives a protocol on the simulator.
@@ -319,35 +283,35 @@ impl<P: Protocol> SimExecutor<P> {
         &self.sim
     }
 
-    /// The consensus model and the mean squared distance of replicas from it.
-    pub fn consensus(&self) -> (Vec<f32>, f64, Vec<Option<Vec<f32>>>) {
+    /// The consensus model, the mean squared distance of replicas from it, and the replicas.
+    pub fn consensus(&self) -> Consensus {
         let dim = if self.workload.timing_only() { 0 } else { self.workload.param_count() };
         let views =
             self.roles.iter().enumerate().map(|(r, role)| if self.sim.is_up(r) { role.view() } else { View::Nothing });
         consensus_of(views, dim)
     }
 
-    /// Evaluates the consensus model; returns the sample and the model.
-    fn evaluate(&mut self, per_node: bool) -> (Sample, Vec<f32>) {
-        let (model, distance, replicas) = self.consensus();
-        let eval = self.workload.evaluate(&model);
+    /// Evaluates the consensus model; returns the sample and the model (`None`: no model).
+    fn evaluate(&mut self, per_node: bool) -> (Sample, Option<Vec<f32>>) {
+        let c = self.consensus();
+        let eval = c.evaluate(&*self.workload);
         let node_losses = if per_node && !self.workload.timing_only() {
-            replicas.iter().map(|r| r.as_ref().map(|p| self.workload.evaluate(p).loss)).collect()
+            c.replicas.iter().map(|r| r.as_ref().map(|p| self.workload.evaluate(p).loss)).collect()
         } else {
             Vec::new()
         };
-        self.sim.absorb(eval.loss.to_bits());
-        self.sim.absorb(distance.to_bits());
+        self.sim.absorb(eval.as_ref().map_or(NO_MODEL, |e| e.loss.to_bits()));
+        self.sim.absorb(c.distance.to_bits());
         let sample = Sample {
             time_s: self.sim.now().as_secs_f64(),
-            loss: eval.loss,
-            accuracy: eval.accuracy,
-            consensus_distance: distance,
+            loss: eval.as_ref().map(|e| e.loss),
+            accuracy: eval.and_then(|e| e.accuracy),
+            consensus_distance: c.distance,
             node_losses,
             updates: self.metrics.updates,
             live: (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count(),
         };
-        (sample, model)
+        (sample, c.model)
     }
 
     /// Computes every issued gradient job that has no result yet, on `threads` threads. The
@@ -422,7 +386,7 @@ impl<P: Protocol> SimExecutor<P> {
         let mut next_eval = SimTime::ZERO;
         let mut time_to_target = None;
         let reached = |s: &Sample| {
-            stop.target_loss.is_some_and(|t| s.loss <= t)
+            stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
                 || stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
         };
         let reason = loop {
@@ -469,6 +433,7 @@ impl<P: Protocol> SimExecutor<P> {
             self.metrics.samples.pop();
         }
         self.metrics.samples.push(last);
+        let final_params = final_params.unwrap_or_default();
         self.sim.absorb_f32s(&final_params);
         for r in 0..self.clocks.len() {
             let state = self.clocks[r].state;

@@ -134,7 +134,7 @@ fn sync_sgd_on_the_quadratic_follows_the_closed_form_recursion() {
                     wl.clone(),
                     t,
                 );
-                r.metrics.samples.last().unwrap().loss
+                loss(r.metrics.samples.last().unwrap())
             })
             .collect();
         let m = mean(losses.iter().copied());

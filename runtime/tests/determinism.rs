@@ -34,7 +34,7 @@ fn once(alg: AlgorithmConfig, seed: u64, lr: f64) -> (u64, Vec<u32>, Vec<u64>) {
     let wl = Arc::new(Softmax::new(SoftmaxConfig { train: 2_000, test: 500, ..Default::default() }));
     let r = go(alg, 5, &sim, wl, t);
     let bits = r.final_params.iter().map(|x| x.to_bits()).collect();
-    let losses = r.metrics.samples.iter().map(|s| s.loss.to_bits()).collect();
+    let losses = r.metrics.samples.iter().map(|s| loss(s).to_bits()).collect();
     (r.digest, bits, losses)
 }
 

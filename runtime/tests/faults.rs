@@ -55,7 +55,7 @@ fn healthy(label: &str, r: &RunResult) {
     let at = |t: f64| s.iter().rev().find(|x| x.time_s <= t).expect("samples").updates;
     let late = s.last().unwrap().updates - at(0.75 * END);
     assert!(late > 0, "{label}: no updates in the last quarter (deadlock?)");
-    let (first, last) = (s[0].loss, s.last().unwrap().loss);
+    let (first, last) = (loss(&s[0]), loss(s.last().unwrap()));
     assert!(last.is_finite() && last < 0.5 * first, "{label}: loss {first} -> {last}");
 }
 
@@ -166,7 +166,8 @@ fn every_algorithm_survives_a_storm_of_faults() {
         let s = &r.metrics.samples;
         let at = |t: f64| s.iter().rev().find(|x| x.time_s <= t).expect("samples").updates;
         assert!(s.last().unwrap().updates > at(13.0), "{label}: no progress after the storm");
-        assert!(s.last().unwrap().loss < 0.5 * s[0].loss, "{label}: {} -> {}", s[0].loss, s.last().unwrap().loss);
+        let (first, last) = (loss(&s[0]), loss(s.last().unwrap()));
+        assert!(last < 0.5 * first, "{label}: {first} -> {last}");
         if let AlgorithmConfig::Sync(_) = alg {
             assert_eq!(s.last().unwrap().consensus_distance, 0.0, "{label}: replicas differ");
         }
@@ -189,4 +190,56 @@ fn a_crashed_shard_stalls_its_workers_until_it_returns_with_its_state() {
     assert!(at(8.0) > at(6.0) + 100, "training did not resume after the shard came back");
     assert!(r.metrics.notes.iter().any(|n| n.rank == 5 && n.what.contains("back at version")), "{:?}", r.metrics.notes);
     assert!(r.metrics.notes.iter().any(|n| n.what.contains("no answer from shards [1]")));
+}
+
+/// The ranks that hold the model: every worker, and the servers.
+fn model_holders(alg: &AlgorithmConfig) -> Vec<usize> {
+    (0..alg.ranks(WORKERS)).collect()
+}
+
+#[test]
+fn with_no_live_model_an_evaluation_has_no_score_and_never_meets_the_target() {
+    // Before the fix, an empty cluster's "consensus" was a vector of zeros, which is the
+    // quadratic's optimum: the run reported loss 0 and stopped with `target`.
+    let cases: Vec<(AlgorithmConfig, Vec<usize>)> = algorithms()
+        .into_iter()
+        .flat_map(|alg| {
+            let mut v = vec![(alg, model_holders(&alg))];
+            if let AlgorithmConfig::AsyncPs(c) = alg {
+                // The only server, or one shard of two: its slice is unknown, not zero.
+                v = vec![(alg, vec![WORKERS + c.shards - 1])];
+            }
+            v
+        })
+        .collect();
+    for (alg, down) in cases {
+        let label = format!("{} with ranks {down:?} down", alg.label());
+        let mut sim = cluster(5, 10, 20, 10.0);
+        sim.faults.schedule = down.iter().map(|&node| Fault::Crash { node, at: secs(3.0) }).collect();
+        let mut t = train(END);
+        t.optimizer.lr = 0.2;
+        t.eval_every_s = 0.25;
+        t.stop.target_loss = Some(1e-9);
+        let r = go(alg, WORKERS, &sim, quadratic(), t);
+        assert_ne!(r.stop, StopReason::Target, "{label}: a dead cluster met the target");
+        assert_eq!(r.time_to_target, None, "{label}");
+        for s in &r.metrics.samples {
+            if s.time_s < 3.0 {
+                assert!(s.loss.is_some_and(f64::is_finite), "{label}: no model at {} s", s.time_s);
+            } else {
+                assert_eq!((s.loss, s.accuracy), (None, None), "{label}: scored a model at {} s", s.time_s);
+            }
+        }
+        assert!(r.final_params.is_empty(), "{label}: a final model out of nothing");
+    }
+}
+
+#[test]
+fn with_the_easgd_centre_down_the_model_is_the_mean_of_the_workers() {
+    let alg = AlgorithmConfig::Easgd(EasgdConfig { timeout_s: TIMEOUT, ..Default::default() });
+    let r = run_with(alg, vec![Fault::Crash { node: WORKERS, at: secs(3.0) }], None);
+    let s = &r.metrics.samples;
+    assert!(s.iter().all(|x| x.loss.is_some()), "the workers' replicas are a model");
+    assert!(loss(s.last().unwrap()) < 0.5 * loss(&s[0]));
+    assert_eq!(r.final_params.len(), 32);
 }

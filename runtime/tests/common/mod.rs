@@ -4,6 +4,7 @@
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::timing::Timing;
 use dsgd_models::Workload;
+use dsgd_runtime::metrics::Sample;
 use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::{run, AlgorithmConfig};
 use dsgd_runtime::sim_exec::RunResult;
@@ -46,4 +47,9 @@ pub fn go(alg: AlgorithmConfig, workers: usize, sim: &SimConfig, w: Arc<dyn Work
 pub fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
     let v: Vec<f64> = xs.into_iter().collect();
     v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// The loss of an evaluation that had a model.
+pub fn loss(s: &Sample) -> f64 {
+    s.loss.unwrap_or_else(|| panic!("no model at {} s", s.time_s))
 }

@@ -1,0 +1,127 @@
+//! The consensus model: what a run's evaluations score, shared by both executors.
+//!
+//! Each rank shows a [`View`] of its model (nothing while it is down). The consensus model is:
+//! - **parameter server** (`async_ps`): the shards' slices put together. It exists only while
+//!   *every* parameter is held by a live shard: with a shard down, its slice is unknown (not
+//!   zero), so there is no model;
+//! - **EASGD**: the centre variable; while the centre is down, the mean of the live workers'
+//!   replicas (each is a full model that a user could deploy); with the centre and every worker
+//!   down, no model;
+//! - **synchronous SGD and gossip**: the mean of the live replicas (push-sum replicas divided by
+//!   their weights); with every replica down or still waiting for its state, no model.
+//!
+//! An evaluation without a model records no loss and no accuracy and never meets a target; the
+//! digest absorbs [`NO_MODEL`] in place of the loss.
+
+use crate::protocol::View;
+use dsgd_models::{Evaluation, Workload};
+
+/// What the digest absorbs in place of a loss when there was no model to score.
+pub const NO_MODEL: u64 = u64::MAX;
+
+/// The consensus of the ranks' views at one instant.
+#[derive(Clone, Debug)]
+pub struct Consensus {
+    /// The consensus parameters, or `None` when no model exists (see the module comment).
+    pub model: Option<Vec<f32>>,
+    /// Mean squared distance of the live replicas from their mean (0 without replicas).
+    pub distance: f64,
+    /// Each rank's replica (`params / weight`), `None` for ranks without one.
+    pub replicas: Vec<Option<Vec<f32>>>,
+}
+
+impl Consensus {
+    /// Scores the model on `workload`: `None` when there is no model.
+    pub fn evaluate(&self, workload: &dyn Workload) -> Option<Evaluation> {
+        self.model.as_ref().map(|m| workload.evaluate(m))
+    }
+}
+
+/// The consensus model of the ranks' `views` (one per rank, [`View::Nothing`] for a rank that
+/// is down) for a model of `dim` parameters (0 for timing-only workloads).
+pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Consensus {
+    let mut server = vec![0f32; dim];
+    let mut covered = 0usize;
+    let mut has_server = false;
+    let mut replicas: Vec<Option<Vec<f32>>> = Vec::new();
+    for view in views {
+        let mut replica = None;
+        match view {
+            View::Shard { offset, params } => {
+                has_server = true;
+                if let Some(slot) = server.get_mut(offset..offset + params.len()) {
+                    slot.copy_from_slice(params);
+                    covered += params.len();
+                }
+            }
+            View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
+                replica = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
+            }
+            _ => {}
+        }
+        replicas.push(replica);
+    }
+    let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
+    let mean: Option<Vec<f64>> = (!live.is_empty())
+        .then(|| (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect());
+    let distance = mean.as_ref().map_or(0.0, |mean| {
+        live.iter().map(|v| v.iter().zip(mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
+            / live.len() as f64
+    });
+    let model = if has_server {
+        (covered == dim).then_some(server)
+    } else {
+        mean.map(|m| m.iter().map(|&x| x as f32).collect())
+    };
+    Consensus { model, distance, replicas }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(p: &[f32]) -> View<'_> {
+        View::Replica { params: p.into(), weight: 1.0 }
+    }
+
+    #[test]
+    fn the_mean_of_live_replicas() {
+        let (a, b) = ([1.0f32, 2.0], [3.0f32, 6.0]);
+        let c = consensus_of([replica(&a), View::Nothing, replica(&b)].into_iter(), 2);
+        assert_eq!(c.model, Some(vec![2.0, 4.0]));
+        assert_eq!(c.distance, (1.0 + 4.0 + 1.0 + 4.0) / 2.0);
+        assert_eq!(c.replicas[1], None);
+    }
+
+    #[test]
+    fn no_live_replica_is_no_model() {
+        let c = consensus_of([View::Nothing, View::Nothing].into_iter(), 3);
+        assert_eq!(c.model, None);
+        assert_eq!(c.distance, 0.0);
+    }
+
+    #[test]
+    fn shards_make_the_model_only_when_all_are_up() {
+        let (s0, s1) = ([1.0f32, 2.0], [3.0f32]);
+        let all = [View::Nothing, View::Shard { offset: 0, params: &s0 }, View::Shard { offset: 2, params: &s1 }];
+        assert_eq!(consensus_of(all.into_iter(), 3).model, Some(vec![1.0, 2.0, 3.0]));
+        let one_down = [View::Nothing, View::Shard { offset: 0, params: &s0 }, View::Nothing];
+        assert_eq!(consensus_of(one_down.into_iter(), 3).model, None, "a down shard's slice is unknown, not zero");
+    }
+
+    #[test]
+    fn a_down_centre_falls_back_to_the_workers_replicas() {
+        let (w, centre) = ([4.0f32, 4.0], [1.0f32, 1.0]);
+        let up = [replica(&w), View::Shard { offset: 0, params: &centre }];
+        assert_eq!(consensus_of(up.into_iter(), 2).model, Some(vec![1.0, 1.0]));
+        let down = [replica(&w), View::Nothing];
+        assert_eq!(consensus_of(down.into_iter(), 2).model, Some(vec![4.0, 4.0]));
+    }
+
+    #[test]
+    fn timing_only_shards_at_any_offset_are_fine() {
+        let empty: [f32; 0] = [];
+        let v = [View::Shard { offset: 0, params: &empty }, View::Shard { offset: 5, params: &empty }];
+        assert_eq!(consensus_of(v.into_iter(), 0).model, Some(vec![]));
+    }
+}
