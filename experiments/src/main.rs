@@ -65,6 +65,10 @@ enum Command {
         /// Do not draw figures.
         #[arg(long)]
         no_plots: bool,
+        /// When OUT holds runs of an earlier version of the grid, remove them and run the
+        /// changed points again (without it, such a resume is refused and nothing runs).
+        #[arg(long)]
+        rerun_changed: bool,
     },
     /// Re-run the resolved spec(s) in a run or sweep folder; exit 0 only if everything is identical.
     Replay {
@@ -153,7 +157,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { spec: Some(spec), out, sets, trace, jobs: _ } => run_one(&spec, out, &sets, trace),
         Command::Run { spec: None, out, sets, trace: _, jobs } => run_default(out, &sets, jobs.unwrap_or_else(cores)),
-        Command::Sweep { sweep, out, jobs, no_plots } => run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots),
+        Command::Sweep { sweep, out, jobs, no_plots, rerun_changed } => {
+            run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots, rerun_changed)
+        }
         Command::Replay { dir } => replay(&dir),
         Command::Plot { dirs, out } => plot_dirs(&dirs, out),
         Command::Real { spec, out, sets } => mpi_cmd::real(&spec, out, &sets),
@@ -241,12 +247,12 @@ fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
     }
 }
 
-fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool) -> Result<ExitCode, String> {
+fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool, rerun_changed: bool) -> Result<ExitCode, String> {
     let (spec, points) = sweep::load(path).map_err(|e| e.to_string())?;
-    if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw)? {
+    if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw, rerun_changed)? {
         return Ok(code);
     }
-    let report = sweep::run(&spec, &points, out, jobs, true)?;
+    let report = sweep::run(&spec, &points, out, jobs, true, rerun_changed)?;
     let code = sweep_report(&report);
     finish_sweep(out, draw)?;
     Ok(code)
@@ -266,7 +272,7 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
         points.len(),
         out.display()
     );
-    let report = sweep::run(&sweep_spec, &points, &out, jobs, true)?;
+    let report = sweep::run(&sweep_spec, &points, &out, jobs, true, false)?;
     let code = sweep_report(&report);
     finish_sweep(&out, true)?;
     Ok(code)
@@ -403,6 +409,7 @@ mod mpi_cmd {
         _: &Path,
         _: usize,
         _: bool,
+        _: bool,
     ) -> Result<Option<ExitCode>, String> {
         if mpi_job_size() > 1 {
             return Err(format!(
@@ -518,6 +525,7 @@ mod mpi_cmd {
         out: &Path,
         jobs: usize,
         draw: bool,
+        rerun_changed: bool,
     ) -> Result<Option<ExitCode>, String> {
         if mpi_job_size() <= 1 {
             return Ok(None);
@@ -525,10 +533,15 @@ mod mpi_cmd {
         let universe = dsgd_experiments::real::init()?;
         let world = universe.world();
         let (me, size) = (world.rank() as usize, world.size() as usize);
+        let mut refused = None;
         if me == 0 {
-            sweep::prepare(out)?;
+            refused = sweep::prepare(out, points, rerun_changed).err();
         }
-        world.barrier();
+        let mut ok = u8::from(refused.is_none());
+        world.process_at_rank(0).broadcast_into(&mut ok);
+        if ok == 0 {
+            return Err(refused.unwrap_or_else(|| "rank 0 refused the output folder (see its message)".into()));
+        }
         let mine: Vec<sweep::Point> = points.iter().filter(|p| p.index % size == me).cloned().collect();
         let report = sweep::run_share(spec, &mine, out, jobs, false);
         world.barrier();

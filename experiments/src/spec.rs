@@ -514,6 +514,19 @@ impl Spec {
         }
         self.algorithm.validate(self.nodes).map_err(|(f, p)| FieldError { field: f, problem: p })?;
         self.optimizer.validate().map_err(|(f, p)| FieldError { field: f, problem: p })?;
+        if self.optimizer.scale_with_workers
+            && matches!(self.algorithm, AlgorithmConfig::Easgd(_) | AlgorithmConfig::Gossip(_))
+        {
+            return bad(
+                "optimizer.scale_with_workers",
+                format!(
+                    "the linear scaling rule applies to sync (one step on the batches of all workers) and async_ps \
+                     (the server's rate); {} workers each step on their own batch, so there is nothing to scale: \
+                     remove it or set it to false",
+                    self.algorithm.label()
+                ),
+            );
+        }
         match &self.workload {
             WorkloadSpec::Timing { params } if *params == 0 => return bad("workload.params", "must be at least 1"),
             WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {

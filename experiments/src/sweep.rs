@@ -2,13 +2,14 @@
 //!
 //! A sweep file is `{"name", "base": {spec} | "base_file": "spec.json", "grid": {"field.path":
 //! [values...]}}`. Points are the Cartesian product of the grid (fields in sorted order); point
-//! `i` runs in `OUT/runs/iiii/`. A run folder appears only when complete, so a sweep that was
+//! `i` runs in `OUT/runs/iiii/`. `grid` may also be a list of such objects: the points are then
+//! the products of each, one after another (for settings that only some algorithms take). A run folder appears only when complete, so a sweep that was
 //! killed resumes by running the points that have no folder (stale partial folders are removed).
 //! Each run is deterministic, so `--jobs` changes the wall time and nothing else.
 
 use crate::execute::{execute, write_run};
 use crate::load::{set_path, spec_from_value, SpecError};
-use crate::output::{write_atomic, Summary};
+use crate::output::{spec_hash, write_atomic, Summary};
 use crate::spec::Spec;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -28,8 +29,34 @@ pub struct SweepSpec {
     pub base: Value,
     /// Or a spec file to start from (relative to the sweep file).
     pub base_file: Option<String>,
-    /// Field path -> values.
-    pub grid: BTreeMap<String, Vec<Value>>,
+    /// Field path -> values, or a list of such grids.
+    pub grid: Grid,
+}
+
+/// One grid (field path -> values), or several whose points are taken one grid after another.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Grid {
+    /// The Cartesian product of the values.
+    One(BTreeMap<String, Vec<Value>>),
+    /// The union of several products, in order.
+    Many(Vec<BTreeMap<String, Vec<Value>>>),
+}
+
+impl Default for Grid {
+    fn default() -> Self {
+        Grid::One(BTreeMap::new())
+    }
+}
+
+impl Grid {
+    /// The grids, one or several.
+    pub fn parts(&self) -> &[BTreeMap<String, Vec<Value>>] {
+        match self {
+            Grid::One(g) => std::slice::from_ref(g),
+            Grid::Many(v) => v,
+        }
+    }
 }
 
 /// One point of the grid, ready to run.
@@ -73,20 +100,37 @@ pub fn load(path: &Path) -> Result<(SweepSpec, Vec<Point>), SpecError> {
         (Value::Object(_), Some(_)) => return Err(err("give either `base` or `base_file`, not both".into())),
         _ => return Err(err("field `base`: must be a JSON object (a spec)".into())),
     };
-    if sweep.grid.values().any(Vec::is_empty) {
+    if sweep.grid.parts().is_empty() {
+        return Err(err("field `grid`: a list of grids needs at least one grid".into()));
+    }
+    if sweep.grid.parts().iter().any(|g| g.values().any(Vec::is_empty)) {
         return Err(err("field `grid`: every field needs at least one value".into()));
     }
     let points = expand(&name, &base, &sweep.grid)?;
     Ok((sweep, points))
 }
 
-/// The Cartesian product of the grid applied to `base`.
-pub fn expand(source: &str, base: &Value, grid: &BTreeMap<String, Vec<Value>>) -> Result<Vec<Point>, SpecError> {
+/// The points of the grid (each part's Cartesian product, one after another) applied to `base`.
+pub fn expand(source: &str, base: &Value, grid: &Grid) -> Result<Vec<Point>, SpecError> {
+    let mut points = Vec::new();
+    for part in grid.parts() {
+        expand_one(source, base, part, &mut points)?;
+    }
+    Ok(points)
+}
+
+fn expand_one(
+    source: &str,
+    base: &Value,
+    grid: &BTreeMap<String, Vec<Value>>,
+    points: &mut Vec<Point>,
+) -> Result<(), SpecError> {
     let axes: Vec<(&String, &Vec<Value>)> = grid.iter().collect();
     let total: usize = axes.iter().map(|(_, v)| v.len()).product();
-    let mut points = Vec::with_capacity(total);
-    for index in 0..total {
-        let mut rest = index;
+    let first = points.len();
+    for k in 0..total {
+        let index = first + k;
+        let mut rest = k;
         let mut assignment = Vec::new();
         for (k, vs) in axes.iter().rev() {
             assignment.push(((*k).clone(), vs[rest % vs.len()].clone()));
@@ -102,7 +146,7 @@ pub fn expand(source: &str, base: &Value, grid: &BTreeMap<String, Vec<Value>>) -
         let spec = spec_from_value(&label, v)?;
         points.push(Point { index, assignment, spec });
     }
-    Ok(points)
+    Ok(())
 }
 
 /// `field=value` pairs as text, with algorithms by their label.
@@ -140,22 +184,88 @@ fn clean_partials(runs: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Creates `out/runs` and removes what an interrupted sweep left half written there.
-pub fn prepare(out: &Path) -> Result<(), String> {
+/// Creates `out/runs`, removes what an interrupted sweep left half written there, and checks that
+/// the finished runs already there belong to this grid: a run folder whose recorded spec hash
+/// differs from its point's, or whose index is past the grid's end, means the grid changed since
+/// it ran. That is refused (nothing is run or removed) unless `rerun_changed`, which removes
+/// those folders so that the changed points run again; the message names them either way.
+pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<String>, String> {
     let runs = out.join("runs");
     std::fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))
+    clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))?;
+    let mut changed = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(&runs)
+        .map_err(|e| format!("cannot read {}: {e}", runs.display()))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    for name in names {
+        let dir = runs.join(&name);
+        let point = name.parse::<usize>().ok().and_then(|i| points.get(i)).filter(|p| p.dir_name() == name);
+        let why = match point {
+            None => Some("is not a point of this grid".to_string()),
+            Some(p) => match recorded_spec_hash(&dir) {
+                Some(h) if h == spec_hash(&p.spec) => None,
+                Some(_) => Some(format!("was run with another spec than point {} ({})", p.index, describe(&p.assignment))),
+                None => None, // not finished: it will run
+            },
+        };
+        if let Some(why) = why {
+            changed.push(format!("runs/{name} {why}"));
+        }
+    }
+    if changed.is_empty() {
+        return Ok(changed);
+    }
+    if !rerun_changed {
+        let shown: Vec<&str> = changed.iter().take(10).map(String::as_str).collect();
+        return Err(format!(
+            "{} holds runs of another grid ({} of them):\n  {}{}\nthe sweep file changed since they ran; nothing was run. \
+             Use a new --out, or add --rerun-changed to remove these runs and run the changed points again",
+            out.display(),
+            changed.len(),
+            shown.join("\n  "),
+            if changed.len() > shown.len() { "\n  ..." } else { "" }
+        ));
+    }
+    for c in &changed {
+        let name = c.split_whitespace().next().expect("runs/NAME");
+        std::fs::remove_dir_all(out.join(name)).map_err(|e| format!("cannot remove {}: {e}", out.join(name).display()))?;
+    }
+    Ok(changed)
 }
 
-/// Runs every point that has no finished folder under `out/runs`, `jobs` at a time.
+/// The spec hash a finished run folder recorded (computed from its `spec.json` for runs made
+/// before summaries carried it); `None` if the folder has no finished run.
+fn recorded_spec_hash(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+    let summary: Value = serde_json::from_str(&text).ok()?;
+    match summary.get("spec_hash").and_then(Value::as_str) {
+        Some(h) if !h.is_empty() => Some(h.to_string()),
+        _ => {
+            let spec = std::fs::read_to_string(dir.join("spec.json")).ok()?;
+            let spec = crate::load::spec_from_str("spec.json", &spec, &[]).ok()?;
+            Some(spec_hash(&spec))
+        }
+    }
+}
+
+/// Runs every point that has no finished folder under `out/runs`, `jobs` at a time (after
+/// [`prepare`]'s checks; `rerun_changed` as there).
 pub fn run(
     sweep: &SweepSpec,
     points: &[Point],
     out: &Path,
     jobs: usize,
     progress: bool,
+    rerun_changed: bool,
 ) -> Result<SweepReport, String> {
-    prepare(out)?;
+    let changed = prepare(out, points, rerun_changed)?;
+    if !changed.is_empty() {
+        eprintln!("removed {} runs of an earlier grid; their points run again", changed.len());
+    }
     run_share(sweep, points, out, jobs, progress)
 }
 
