@@ -113,6 +113,11 @@ pub struct Summary {
     pub events_log: Vec<Note>,
     /// Time breakdown per rank, seconds.
     pub time_breakdown: Vec<TimeBreakdown>,
+    /// Seconds each rank's NIC spent transmitting (its bytes sent over its bandwidth). Beyond
+    /// the rank's `communicating` time it is communication that overlapped other work (a gossip
+    /// exchange during a gradient, a server answering pulls).
+    #[serde(default)]
+    pub nic_send_s: Vec<f64>,
     /// Final loss of each rank's replica (null for ranks without one).
     pub final_node_losses: Vec<Option<f64>>,
 }
@@ -194,6 +199,16 @@ impl Summary {
             },
             events_log: r.metrics.notes.clone(),
             time_breakdown: r.times.clone(),
+            nic_send_s: r
+                .metrics
+                .bytes_by_rank
+                .iter()
+                .enumerate()
+                .map(|(rank, &b)| {
+                    let gbps = spec.network.per_node.get(&rank).and_then(|n| n.bandwidth_gbps);
+                    b as f64 * 8.0 / (gbps.unwrap_or(spec.network.bandwidth_gbps) * 1e9)
+                })
+                .collect(),
             final_node_losses: last
                 .map(|s| s.node_losses.iter().map(|l| l.and_then(finite)).collect())
                 .unwrap_or_default(),

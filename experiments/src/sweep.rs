@@ -208,7 +208,9 @@ pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<
             None => Some("is not a point of this grid".to_string()),
             Some(p) => match recorded_spec_hash(&dir) {
                 Some(h) if h == spec_hash(&p.spec) => None,
-                Some(_) => Some(format!("was run with another spec than point {} ({})", p.index, describe(&p.assignment))),
+                Some(_) => {
+                    Some(format!("was run with another spec than point {} ({})", p.index, describe(&p.assignment)))
+                }
                 None => None, // not finished: it will run
             },
         };
@@ -232,7 +234,8 @@ pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<
     }
     for c in &changed {
         let name = c.split_whitespace().next().expect("runs/NAME");
-        std::fs::remove_dir_all(out.join(name)).map_err(|e| format!("cannot remove {}: {e}", out.join(name).display()))?;
+        std::fs::remove_dir_all(out.join(name))
+            .map_err(|e| format!("cannot remove {}: {e}", out.join(name).display()))?;
     }
     Ok(changed)
 }

@@ -154,8 +154,16 @@ fn resuming_into_a_folder_of_another_grid_is_refused_or_reruns_the_changed_point
     write(3, "[1, 2, 3]");
     let o = dsgd(dir.path(), &["sweep", "sw.json", "--out", "o", "--no-plots"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("runs of another grid (3 of them)") && text(&o).contains("--rerun-changed"), "{}", text(&o));
-    assert_eq!(std::fs::read_to_string(dir.path().join("o/runs/0000/summary.json")).unwrap(), before, "nothing touched");
+    assert!(
+        text(&o).contains("runs of another grid (3 of them)") && text(&o).contains("--rerun-changed"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("o/runs/0000/summary.json")).unwrap(),
+        before,
+        "nothing touched"
+    );
     // Fewer seeds: run 0002 is no longer a point of the grid.
     write(2, "[1, 2]");
     let o = dsgd(dir.path(), &["sweep", "sw.json", "--out", "o", "--no-plots"]);

@@ -125,9 +125,19 @@ pub struct Metrics {
     pub notes: Vec<Note>,
     /// What each node did over the first `timeline_s` seconds.
     pub timeline: Vec<Interval>,
+    /// Bytes each rank sent (indexed by rank; empty if the executor does not count them).
+    pub bytes_by_rank: Vec<u64>,
 }
 
 impl Metrics {
+    /// Counts `bytes` sent by `rank`.
+    pub fn record_send(&mut self, rank: usize, bytes: u64) {
+        if self.bytes_by_rank.len() <= rank {
+            self.bytes_by_rank.resize(rank + 1, 0);
+        }
+        self.bytes_by_rank[rank] += bytes;
+    }
+
     /// Counts an applied update computed on parameters `staleness` versions old.
     pub fn record_update(&mut self, staleness: u64) {
         self.updates += 1;

@@ -570,6 +570,7 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
         stats.messages_sent += rep.messages_sent;
         stats.messages_delivered += rep.messages_delivered;
         stats.bytes_sent += rep.bytes_sent;
+        metrics.bytes_by_rank.push(rep.bytes_sent);
         stats.crashes += rep.crashes;
         stats.restarts += rep.restarts;
         stats.events += rep.messages_delivered + rep.gradients;

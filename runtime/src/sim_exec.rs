@@ -169,6 +169,7 @@ impl<M> Context<M> for Ctx<'_, M> {
         self.sim.nodes()
     }
     fn send(&mut self, to: usize, msg: M, bytes: u64) {
+        self.metrics.record_send(self.rank, bytes);
         self.sim.send(self.rank, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
     }
     fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {

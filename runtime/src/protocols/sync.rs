@@ -238,6 +238,17 @@ impl SyncWorker {
     fn aggregator(&self) -> usize {
         self.members[0]
     }
+    /// The member that records iterations: one that has the result last. In a binomial tree the
+    /// root is done as soon as it has *sent* the broadcast, while every odd member receives it in
+    /// the last round, so member 1 records there; elsewhere every member finishes together and
+    /// member 0 records.
+    fn recorder(&self) -> usize {
+        if self.cfg.collective == CollectiveKind::Tree && self.cfg.backup_workers == 0 && self.members.len() > 1 {
+            self.members[1]
+        } else {
+            self.members[0]
+        }
+    }
 
     fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         self.iter_start = ctx.now();
@@ -346,7 +357,7 @@ impl SyncWorker {
         self.done += 1;
         self.invalidate();
         let rank = ctx.rank();
-        if rank == self.members[0] {
+        if rank == self.recorder() {
             ctx.record_update(0);
             ctx.record_iteration(ctx.now() - self.iter_start);
         }
