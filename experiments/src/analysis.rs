@@ -189,6 +189,32 @@ impl AggregateRow {
     }
 }
 
+/// A row as JSON (non-finite numbers as null).
+pub fn row_json(r: &AggregateRow) -> Value {
+    let f = |x: f64| if x.is_finite() { Value::from(x) } else { Value::Null };
+    let pair = |(m, h): (f64, f64)| serde_json::json!({"mean": f(m), "ci95": f(h)});
+    let t = &r.time_to_target;
+    serde_json::json!({
+        "algorithm": r.algorithm,
+        "nodes": r.nodes,
+        "variant": r.variant.iter().cloned().collect::<BTreeMap<String, String>>(),
+        "seeds": r.seeds,
+        "final_loss": pair(r.final_loss),
+        "final_accuracy": pair(r.final_accuracy),
+        "time_to_target": {
+            "reached": t.reached,
+            "runs": t.runs,
+            "median_s": t.median_s,
+            "mean_reached_s": pair(t.mean_reached_s),
+            "stop_s": t.stop_s,
+        },
+        "updates_per_s": pair(r.updates_per_s),
+        "iteration_time_s": pair(r.iteration_time_s),
+        "diverged": r.diverged,
+        "no_model_at_end": r.no_model_at_end,
+    })
+}
+
 /// Groups runs by algorithm, node count and variant, and aggregates over seeds.
 pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
     let vars = variants(runs);

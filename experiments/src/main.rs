@@ -10,14 +10,30 @@ use dsgd_experiments::{analysis, plot, report};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Prints a line to stdout; a closed pipe (`dsgd ... | head`) is not an error worth a panic,
-/// and the work goes on (output files are written regardless).
+/// Set by `--json`: human-readable lines are not printed, so stdout holds one JSON document.
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints a line to stdout (unless `--json` asked for JSON only); a closed pipe (`dsgd ... |
+/// head`) is not an error worth a panic, and the work goes on (output files are written
+/// regardless).
 macro_rules! out {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        if !JSON.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = writeln!(std::io::stdout(), $($t)*);
+        }
     }};
 }
+
+/// Prints a JSON document to stdout (for `--json`).
+fn print_json(v: &serde_json::Value) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(v).expect("JSON values serialise"));
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 a run, replay or validation failed (or `diff` found \
+differences); 2 bad input (a spec, a sweep file, a flag or a folder), with a message naming the file \
+and the field.";
 
 /// The embedded default: a small comparison of every algorithm on the noisy quadratic.
 const DEFAULT_SWEEP: &str = include_str!("../specs/default_sweep.json");
@@ -26,7 +42,8 @@ const DEFAULT_SWEEP: &str = include_str!("../specs/default_sweep.json");
 #[command(
     name = "dsgd",
     version,
-    about = "How should distributed deep learning scale? A deterministic simulator of distributed SGD."
+    about = "How should distributed deep learning scale? A deterministic simulator of distributed SGD.",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,12 +62,15 @@ enum Command {
         /// Override a field: --set network.latency_us=50 (repeatable; values are JSON).
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
-        /// Also write a Chrome trace (trace.json; open it in Perfetto).
+        /// Also write a Chrome trace (trace.json; open it in Perfetto). Needs a spec.
         #[arg(long)]
         trace: bool,
-        /// Parallel runs for the default comparison (default: all cores).
+        /// Parallel runs for the default comparison (default: all cores). Only without a spec.
         #[arg(long)]
         jobs: Option<usize>,
+        /// Print the summary (or, for the default comparison, the sweep's outcome) as JSON only.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a grid of specs in parallel; resumes where it stopped; aggregates over seeds.
     Sweep {
@@ -69,11 +89,40 @@ enum Command {
         /// changed points again (without it, such a resume is refused and nothing runs).
         #[arg(long)]
         rerun_changed: bool,
+        /// Print the outcome (runs done, failures, the aggregate rows) as JSON only.
+        #[arg(long)]
+        json: bool,
     },
     /// Re-run the resolved spec(s) in a run or sweep folder; exit 0 only if everything is identical.
     Replay {
         /// A run folder or a sweep folder.
         dir: PathBuf,
+        /// Print one JSON document (every run's verdict) only.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a spec or a sweep file without running anything: print the resolved spec (every
+    /// default filled in) or, for a sweep, its number of runs and their points.
+    Check {
+        /// A spec or a sweep file (JSON).
+        file: PathBuf,
+        /// Override a field of a spec (repeatable).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+        /// Print JSON only.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say which spec fields and which summary figures differ between two run folders (exit 0
+    /// if none, 1 if some differ).
+    Diff {
+        /// A run folder.
+        a: PathBuf,
+        /// Another run folder.
+        b: PathBuf,
+        /// Print JSON only.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a spec for real, one MPI process per rank: `mpirun -np N dsgd real SPEC` (needs the
     /// `mpi` feature). Writes the same summary.json and metrics.csv as a simulated run.
@@ -154,13 +203,30 @@ fn cores() -> usize {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = matches!(
+        cli.command,
+        Command::Run { json: true, .. }
+            | Command::Sweep { json: true, .. }
+            | Command::Replay { json: true, .. }
+            | Command::Check { json: true, .. }
+            | Command::Diff { json: true, .. }
+    );
+    JSON.store(json, std::sync::atomic::Ordering::Relaxed);
     let result = match cli.command {
-        Command::Run { spec: Some(spec), out, sets, trace, jobs: _ } => run_one(&spec, out, &sets, trace),
-        Command::Run { spec: None, out, sets, trace: _, jobs } => run_default(out, &sets, jobs.unwrap_or_else(cores)),
-        Command::Sweep { sweep, out, jobs, no_plots, rerun_changed } => {
+        Command::Run { spec: Some(_), jobs: Some(_), .. } => {
+            Err("--jobs applies to the default comparison (dsgd run with no spec); a single run uses one core".into())
+        }
+        Command::Run { spec: None, trace: true, .. } => {
+            Err("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces".into())
+        }
+        Command::Run { spec: Some(spec), out, sets, trace, .. } => run_one(&spec, out, &sets, trace),
+        Command::Run { spec: None, out, sets, jobs, .. } => run_default(out, &sets, jobs.unwrap_or_else(cores)),
+        Command::Sweep { sweep, out, jobs, no_plots, rerun_changed, .. } => {
             run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots, rerun_changed)
         }
-        Command::Replay { dir } => replay(&dir),
+        Command::Replay { dir, .. } => replay(&dir),
+        Command::Check { file, sets, .. } => check(&file, &sets),
+        Command::Diff { a, b, .. } => diff(&a, &b),
         Command::Plot { dirs, out } => plot_dirs(&dirs, out),
         Command::Real { spec, out, sets } => mpi_cmd::real(&spec, out, &sets),
         Command::Calibrate { spec, out } => mpi_cmd::calibrate(spec.as_deref(), &out),
@@ -172,6 +238,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            if json {
+                print_json(&serde_json::json!({"error": e}));
+            }
             eprintln!("error: {e}");
             ExitCode::from(2)
         }
@@ -198,6 +267,19 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
         s.final_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
         s.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.3} s")),
     );
+    if let Some(d) = &s.diverged {
+        out!(
+            "  diverged at {:.3} s (loss {}); lower optimizer.lr",
+            d.time_s,
+            d.loss.map_or("not a number".into(), |l| format!("{l:.4e}"))
+        );
+    }
+    if s.evaluations_without_model > 0 {
+        out!(
+            "  {} evaluations had no model to score (no live replica, or a server shard down): no loss, no target",
+            s.evaluations_without_model
+        );
+    }
     out!("  digest {}  ({} events)", s.digest, s.events);
     out!(
         "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}}}",
@@ -205,7 +287,74 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> R
         if outcome.result.recording.is_some() { ",gradient_times.csv" } else { "" },
         if trace { ",trace.json" } else { "" }
     );
+    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut v = serde_json::to_value(s).expect("serialises");
+        v["dir"] = dir.display().to_string().into();
+        print_json(&v);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    let is_sweep = ["grid", "base", "base_file"].iter().any(|k| value.get(k).is_some());
+    if !is_sweep {
+        let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+        let resolved = serde_json::to_value(&spec).expect("serialises");
+        out!(
+            "{}: a valid spec: {} with {} nodes, seed {}",
+            path.display(),
+            spec.algorithm.label(),
+            spec.nodes,
+            spec.seed
+        );
+        out!("{}", serde_json::to_string_pretty(&resolved).expect("JSON"));
+        if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+            print_json(&serde_json::json!({"kind": "spec", "spec": resolved}));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !sets.is_empty() {
+        return Err("--set applies to a spec; a sweep's fields are set in its file".into());
+    }
+    let (_, points) = sweep::load(path).map_err(|e| e.to_string())?;
+    let mut algs: Vec<String> = points.iter().map(|p| p.spec.algorithm.label()).collect();
+    algs.sort();
+    algs.dedup();
+    let mut nodes: Vec<usize> = points.iter().map(|p| p.spec.nodes).collect();
+    nodes.sort();
+    nodes.dedup();
+    out!("{}: a valid sweep of {} runs", path.display(), points.len());
+    out!("  algorithms: {}", algs.join(", "));
+    out!("  node counts: {}", nodes.iter().map(usize::to_string).collect::<Vec<_>>().join(", "));
+    for p in points.iter().take(5) {
+        out!("  run {:04}: {}", p.index, sweep::describe(&p.assignment));
+    }
+    if points.len() > 5 {
+        out!("  ... ({} more)", points.len() - 5);
+    }
+    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        let pts: Vec<serde_json::Value> = points
+            .iter()
+            .map(|p| {
+                let a: serde_json::Map<String, serde_json::Value> = p.assignment.iter().cloned().collect();
+                serde_json::json!({"index": p.index, "assignment": a})
+            })
+            .collect();
+        print_json(&serde_json::json!({"kind": "sweep", "runs": points.len(), "points": pts}));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn diff(a: &Path, b: &Path) -> Result<ExitCode, String> {
+    let d = dsgd_experiments::diff::diff_runs(a, b)?;
+    out!("{}", dsgd_experiments::diff::text(&d).trim_end());
+    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        print_json(&serde_json::json!({"identical": d.is_empty(), "spec": d.spec, "summary": d.summary}));
+    }
+    Ok(if d.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
@@ -235,6 +384,25 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
     Ok(runs)
 }
 
+/// The `--json` document of a finished sweep.
+fn sweep_json(out: &Path, r: &sweep::SweepReport, runs: &[RunRecord]) {
+    if !JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let rows = analysis::aggregate(runs);
+    let failed: Vec<serde_json::Value> =
+        r.failed.iter().map(|(i, e)| serde_json::json!({"index": i, "error": e})).collect();
+    print_json(&serde_json::json!({
+        "out": out.display().to_string(),
+        "ran": r.ran,
+        "skipped": r.skipped,
+        "failed": failed,
+        "target": report::target_text(runs),
+        "aggregate": rows.iter().map(analysis::row_json).collect::<Vec<_>>(),
+        "best": analysis::best(&rows).iter().map(analysis::row_json).collect::<Vec<_>>(),
+    }));
+}
+
 fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
     out!("{} runs done now, {} already done earlier, {} failed", r.ran, r.skipped, r.failed.len());
     for (i, e) in &r.failed {
@@ -252,9 +420,11 @@ fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool, rerun_changed: bo
     if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw, rerun_changed)? {
         return Ok(code);
     }
-    let report = sweep::run(&spec, &points, out, jobs, true, rerun_changed)?;
+    let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let report = sweep::run(&spec, &points, out, jobs, progress, rerun_changed)?;
     let code = sweep_report(&report);
-    finish_sweep(out, draw)?;
+    let runs = finish_sweep(out, draw)?;
+    sweep_json(out, &report, &runs);
     Ok(code)
 }
 
@@ -272,9 +442,11 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
         points.len(),
         out.display()
     );
-    let report = sweep::run(&sweep_spec, &points, &out, jobs, true, false)?;
+    let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let report = sweep::run(&sweep_spec, &points, &out, jobs, progress, false)?;
     let code = sweep_report(&report);
-    finish_sweep(&out, true)?;
+    let runs = finish_sweep(&out, true)?;
+    sweep_json(&out, &report, &runs);
     Ok(code)
 }
 
@@ -336,6 +508,7 @@ fn same_summary(dir: &Path, new: &dsgd_experiments::output::Summary) -> Result<b
 fn replay(dir: &Path) -> Result<ExitCode, String> {
     let runs = sweep::collect_runs(dir)?;
     let mut bad = 0;
+    let mut verdicts = Vec::new();
     for r in &runs {
         let recording = dsgd_experiments::execute::saved_recording(&r.dir)?;
         if recording.is_none() && r.spec.compute.gradient_time == GradientTime::Measured {
@@ -350,7 +523,16 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
         let csv = std::fs::read_to_string(r.dir.join("metrics.csv")).unwrap_or_default();
         let same_metrics =
             dsgd_experiments::output::same_csv(&csv, &dsgd_experiments::output::metrics_csv(&outcome.result));
-        if outcome.summary.digest == r.summary.digest && same_summary && same_metrics {
+        let identical = outcome.summary.digest == r.summary.digest && same_summary && same_metrics;
+        verdicts.push(serde_json::json!({
+            "dir": r.dir.display().to_string(),
+            "identical": identical,
+            "digest_recorded": r.summary.digest,
+            "digest_now": outcome.summary.digest,
+            "summary_identical": same_summary,
+            "metrics_identical": same_metrics,
+        }));
+        if identical {
             out!("identical  {}  digest {}", r.dir.display(), r.summary.digest);
         } else {
             bad += 1;
@@ -365,6 +547,9 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
         }
     }
     out!("{} of {} runs replayed identically", runs.len() - bad, runs.len());
+    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        print_json(&serde_json::json!({"identical": runs.len() - bad, "runs": runs.len(), "verdicts": verdicts}));
+    }
     Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 

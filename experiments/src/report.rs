@@ -216,7 +216,7 @@ pub fn report_md(title: &str, runs: &[RunRecord], rows: &[AggregateRow], best: &
     }
     if best.iter().any(|r| !r.variant.is_empty()) {
         md.push_str("### The best variant of each cell\n\n| algorithm | nodes | variant |\n|---|---:|---|\n");
-        for r in best {
+        for r in best.iter().filter(|r| !r.variant.is_empty()) {
             let _ = writeln!(md, "| {} | {} | {} |", r.algorithm, r.nodes, variant_text(&r.variant));
         }
         md.push('\n');

@@ -1,0 +1,142 @@
+//! The command line for scripts: `dsgd check`, `--json`, `dsgd diff`, exit codes, and flags that
+//! would do nothing are refused.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn dsgd(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Stdout as one JSON document (nothing else may be on it).
+fn stdout_json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", text(o)))
+}
+
+const SPEC: &str =
+    r#"{"name": "t", "nodes": 3, "workload": {"kind": "quadratic", "dim": 10}, "stop": {"sim_time_s": 2}}"#;
+
+#[test]
+fn check_validates_and_resolves_without_running() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    let o = dsgd(dir.path(), &["check", "s.json", "--set", "seed=9", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!(v["kind"], "spec");
+    assert_eq!(v["spec"]["seed"], 9);
+    assert_eq!(v["spec"]["network"]["latency_us"], 10.0, "defaults are filled in");
+    assert!(!dir.path().join("runs").exists(), "check runs nothing");
+    let o = dsgd(dir.path(), &["check", "s.json"]);
+    assert!(o.status.success() && text(&o).contains("a valid spec: sync with 3 nodes"), "{}", text(&o));
+
+    let sweep = r#"{"base": {"stop": {"sim_time_s": 1}}, "grid": [{"nodes": [2, 4], "seed": [1, 2, 3]}, {"algorithm": [{"kind": "gossip"}]}]}"#;
+    std::fs::write(dir.path().join("sw.json"), sweep).unwrap();
+    let o = dsgd(dir.path(), &["check", "sw.json", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!((v["kind"].as_str(), v["runs"].as_u64()), (Some("sweep"), Some(7)));
+    assert_eq!(v["points"][6]["assignment"]["algorithm"]["kind"], "gossip");
+    assert!(text(&dsgd(dir.path(), &["check", "sw.json"])).contains("a valid sweep of 7 runs"));
+
+    std::fs::write(dir.path().join("bad.json"), r#"{"nodes": 0}"#).unwrap();
+    let o = dsgd(dir.path(), &["check", "bad.json", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout_json(&o)["error"].as_str().unwrap().contains("nodes"), "{}", text(&o));
+}
+
+#[test]
+fn json_output_of_run_sweep_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json", "--out", "r", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!(v["dir"], "r");
+    assert_eq!(v["nodes"], 3);
+    let recorded: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r/summary.json")).unwrap()).unwrap();
+    assert_eq!(v["digest"], recorded["digest"]);
+
+    let o = dsgd(dir.path(), &["replay", "r", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!((v["identical"].as_u64(), v["runs"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(v["verdicts"][0]["digest_now"], recorded["digest"]);
+
+    let sweep = r#"{"base": {"workload": {"kind": "quadratic", "dim": 10}, "stop": {"sim_time_s": 1}}, "grid": {"nodes": [2, 3], "seed": [1, 2]}}"#;
+    std::fs::write(dir.path().join("sw.json"), sweep).unwrap();
+    let o = dsgd(dir.path(), &["sweep", "sw.json", "--out", "o", "--no-plots", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!((v["ran"].as_u64(), v["skipped"].as_u64()), (Some(4), Some(0)));
+    assert_eq!(v["aggregate"].as_array().unwrap().len(), 2);
+    assert_eq!(v["aggregate"][0]["seeds"], 2);
+}
+
+#[test]
+fn diff_names_the_fields_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    for (out, sets) in [("a", vec![]), ("b", vec![]), ("c", vec!["--set", "optimizer.lr=0.05"])] {
+        let mut args = vec!["run", "s.json", "--out", out];
+        args.extend(sets);
+        assert!(dsgd(dir.path(), &args).status.success());
+    }
+    let same = dsgd(dir.path(), &["diff", "a", "b"]);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same));
+    assert!(text(&same).contains("spec: identical") && text(&same).contains("summary: identical"), "{}", text(&same));
+    let o = dsgd(dir.path(), &["diff", "a", "c", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = stdout_json(&o);
+    assert_eq!(v["identical"], false);
+    let spec: Vec<&str> = v["spec"].as_array().unwrap().iter().map(|d| d["field"].as_str().unwrap()).collect();
+    assert_eq!(spec, ["optimizer.lr"]);
+    let summary: Vec<&str> = v["summary"].as_array().unwrap().iter().map(|d| d["field"].as_str().unwrap()).collect();
+    assert!(summary.contains(&"digest") && summary.contains(&"final_loss"), "{summary:?}");
+    assert!(!summary.contains(&"wall_time_s"));
+    let o = dsgd(dir.path(), &["diff", "a", "nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn flags_that_would_do_nothing_are_refused_and_help_lists_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json", "--jobs", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--jobs applies to the default comparison"), "{}", text(&o));
+    let o = dsgd(dir.path(), &["run", "--trace"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--trace needs a spec"), "{}", text(&o));
+    assert!(!dir.path().join("runs").exists(), "nothing ran");
+    let help = text(&dsgd(dir.path(), &["--help"]));
+    assert!(help.contains("Exit codes: 0 success; 1") && help.contains("2 bad input"), "{help}");
+}
+
+#[test]
+fn a_diverged_run_says_when_and_at_which_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"{"nodes": 16, "algorithm": {"kind": "async_ps"}, "workload": {"kind": "quadratic"},
+        "batch": 16, "optimizer": {"lr": 0.5}, "compute": {"step_time_ms": 50}, "stop": {"sim_time_s": 30},
+        "eval": {"every_s": 0.5}}"#;
+    std::fs::write(dir.path().join("s.json"), spec).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json", "--out", "r"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("diverged at "), "{}", text(&o));
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r/summary.json")).unwrap()).unwrap();
+    let t = s["diverged"]["time_s"].as_f64().expect("a divergence time");
+    assert!(t > 0.0 && t < 30.0, "{s}");
+    // The loss at that evaluation is more than 100 times the first, or not a number.
+    let csv = std::fs::read_to_string(dir.path().join("r/metrics.csv")).unwrap();
+    let first: f64 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
+    match s["diverged"]["loss"].as_f64() {
+        Some(l) => assert!(l > 100.0 * first, "{l} vs {first}"),
+        None => assert!(s["final_loss"].is_null()),
+    }
+}
