@@ -112,6 +112,9 @@ pub fn variant_text(v: &[(String, String)]) -> String {
     v.iter().map(|(k, x)| format!("{k}={x}")).collect::<Vec<_>>().join(" ")
 }
 
+/// A group's key: algorithm label, node count, variant.
+type GroupKey = (String, usize, Vec<(String, String)>);
+
 /// Time to target over the seeds of a group.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeToTarget {
@@ -218,7 +221,7 @@ pub fn row_json(r: &AggregateRow) -> Value {
 /// Groups runs by algorithm, node count and variant, and aggregates over seeds.
 pub fn aggregate(runs: &[RunRecord]) -> Vec<AggregateRow> {
     let vars = variants(runs);
-    let mut groups: BTreeMap<(String, usize, Vec<(String, String)>), Vec<&RunRecord>> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Vec<&RunRecord>> = BTreeMap::new();
     for (r, v) in runs.iter().zip(vars) {
         groups.entry((r.summary.algorithm.clone(), r.spec.nodes, v)).or_default().push(r);
     }
@@ -266,7 +269,7 @@ pub fn best(rows: &[AggregateRow]) -> Vec<AggregateRow> {
 
 /// The runs of the best variant of each algorithm and node count (all runs when nothing varies).
 pub fn best_runs(runs: &[RunRecord]) -> Vec<RunRecord> {
-    let chosen: BTreeSet<(String, usize, Vec<(String, String)>)> =
+    let chosen: BTreeSet<GroupKey> =
         best(&aggregate(runs)).into_iter().map(|r| (r.algorithm, r.nodes, r.variant)).collect();
     runs.iter()
         .zip(variants(runs))

@@ -216,6 +216,14 @@ fn a_killed_sweep_resumes_without_rerunning_or_corrupting() {
     assert!(r.status.success(), "{}", text(&r));
 }
 
+/// The text of every `<text>` element of an SVG file, trimmed.
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| Some(t.split_once('>')?.1.split("</text>").next()?.trim().to_string()))
+        .collect()
+}
+
 #[test]
 fn the_default_runs_with_no_spec_and_draws_its_figures() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,6 +241,8 @@ fn the_default_runs_with_no_spec_and_draws_its_figures() {
         "timeline",
         "staleness",
         "consensus_distance",
+        "speedup_vs_nodes",
+        "time_breakdown",
     ] {
         let png = std::fs::read(plots.join(format!("{f}.png"))).unwrap_or_else(|_| panic!("{f}.png missing"));
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{f}.png");
@@ -240,6 +250,18 @@ fn the_default_runs_with_no_spec_and_draws_its_figures() {
         assert!(svg.contains("<svg") && svg.contains("<text"), "{f}.svg");
     }
     assert!(dir.path().join("runs/default/report.md").exists());
+    // Node-count axes are ticked at the sweep's node counts (4 and 16), not at log-spaced values.
+    let texts = |f: &str| svg_texts(&std::fs::read_to_string(plots.join(format!("{f}.svg"))).unwrap());
+    for f in ["throughput_vs_nodes", "time_to_target_vs_nodes", "time_breakdown"] {
+        let t = texts(f);
+        assert!(t.iter().any(|x| x == "4") && t.iter().any(|x| x == "16"), "{f}: node counts are not ticks: {t:?}");
+        assert!(!t.iter().any(|x| x == "6.31" || x == "2.51"), "{f}: log-spaced node ticks: {t:?}");
+    }
+    assert!(texts("loss_vs_time").iter().any(|x| x.contains("target: loss ≤ 0.05")), "the target is in the title");
+    let t = texts("timeline");
+    for role in ["shard 0", "centre", "worker 3"] {
+        assert!(t.iter().any(|x| x == role), "timeline lacks {role}: {t:?}");
+    }
     // A second default run goes to a new folder; nothing is overwritten.
     let o = dsgd(dir.path(), &["run", "--jobs", "1"]);
     assert!(o.status.success());

@@ -1,10 +1,18 @@
 //! Figures, as PNG and SVG: loss, accuracy and consensus distance against simulated time (one
-//! line per algorithm, one panel per node count), time to target and throughput against node
-//! count (the scaling charts), node timelines, and staleness histograms.
+//! line per algorithm, one panel per node count, each panel with its own ranges), the scaling
+//! charts against node count ([`scaling`]: time to target, throughput, speedup and efficiency,
+//! with 95% confidence bars and the sweep's node counts as ticks), the time breakdown
+//! ([`breakdown`]), node timelines with roles labelled ([`timeline`]), and staleness histograms.
 //!
 //! Series are means over seeds. Log axes are drawn by plotting log10 of the values and labelling
-//! the ticks with the values themselves. Text uses the DejaVu Sans font embedded in the binary,
-//! so no system font is needed. Every file is written under a temporary name and renamed.
+//! the ticks with the values themselves. Legends stand in a column of their own beside the
+//! panels, so they never hide a point. Titles name the target. Text uses the DejaVu Sans font
+//! embedded in the binary, so no system font is needed. Every file is written under a temporary
+//! name and renamed.
+
+pub mod breakdown;
+pub mod scaling;
+pub mod timeline;
 
 use crate::sweep::RunRecord;
 use plotters::coord::Shift;
@@ -70,24 +78,36 @@ fn tr(v: f64, log: bool) -> Option<f64> {
     }
 }
 
+/// How many tick labels to ask for on an axis spanning `lo..hi` (log10 units when `log`): one per
+/// decade on log axes, so the ticks fall on powers of ten (1, 10, 100) rather than 1.58, 2.51...
+fn label_count(lo: f64, hi: f64, log: bool) -> usize {
+    if log {
+        ((hi - lo).floor() as usize + 1).clamp(2, 12)
+    } else {
+        10
+    }
+}
+
 fn fmt_tick(v: f64, log: bool) -> String {
     let x = if log { 10f64.powf(v) } else { v };
     if x == 0.0 {
         "0".into()
     } else if x.abs() >= 1e4 || x.abs() < 1e-2 {
         format!("{x:.0e}")
-    } else if x.abs() >= 10.0 {
+    } else if x.abs() >= 10.0 || (x - x.round()).abs() < 1e-9 {
         format!("{x:.0}")
     } else {
         format!("{x:.2}")
     }
 }
 
-/// The data range, ignoring points above `cap` (diverged runs leave the chart at the top).
-fn bounds(panels: &[Panel], x: Axis, y: Axis, cap: f64) -> Option<((f64, f64), (f64, f64))> {
-    let pts: Vec<(f64, f64)> = panels
+/// The data range of one panel, ignoring points above `cap` (diverged runs leave the chart at
+/// the top).
+fn bounds(panel: &Panel, x: Axis, y: Axis, cap: f64) -> Option<((f64, f64), (f64, f64))> {
+    let pts: Vec<(f64, f64)> = panel
+        .series
         .iter()
-        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter()))
+        .flat_map(|s| s.points.iter())
         .filter(|p| p.1 <= cap)
         .filter_map(|&(a, b)| Some((tr(a, x.log)?, tr(b, y.log)?)))
         .collect();
@@ -101,11 +121,51 @@ fn bounds(panels: &[Panel], x: Axis, y: Axis, cap: f64) -> Option<((f64, f64), (
         y0 = y0.min(b);
         y1 = y1.max(b);
     }
-    let pad = |lo: f64, hi: f64| {
-        let d = if hi > lo { (hi - lo) * 0.05 } else { lo.abs().max(1.0) * 0.1 };
-        (lo - d, hi + d)
-    };
     Some((pad(x0, x1), pad(y0, y1)))
+}
+
+/// A range widened by 5% on each side (or around a single value).
+fn pad(lo: f64, hi: f64) -> (f64, f64) {
+    let d = if hi > lo { (hi - lo) * 0.05 } else { lo.abs().max(1.0) * 0.1 };
+    (lo - d, hi + d)
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Swatch {
+    /// A line.
+    Line,
+    /// A filled box.
+    Box,
+}
+
+/// Splits `area` into the plotting part and a legend column on its right, draws the legend
+/// there, and returns the plotting part.
+fn with_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBColor)],
+    swatch: Swatch,
+) -> Result<DrawingArea<DB, Shift>, String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    if entries.is_empty() {
+        return Ok(area.clone());
+    }
+    let longest = entries.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0) as u32;
+    let width = (40 + 8 * longest).clamp(110, 360);
+    let (w, _) = area.dim_in_pixel();
+    let (plot, legend) = area.split_horizontally(w.saturating_sub(width));
+    let font = ("sans-serif", 14).into_font();
+    for (i, (label, color)) in entries.iter().enumerate() {
+        let y = 60 + 24 * i as i32;
+        match swatch {
+            Swatch::Line => legend
+                .draw(&PathElement::new(vec![(6, y), (28, y)], ShapeStyle::from(color).stroke_width(3)))
+                .map_err(e)?,
+            Swatch::Box => legend.draw(&Rectangle::new([(6, y - 7), (26, y + 7)], color.filled())).map_err(e)?,
+        }
+        legend.draw(&Text::new(label.clone(), (34, y - 8), font.clone())).map_err(e)?;
+    }
+    Ok(plot)
 }
 
 fn draw_lines<DB: DrawingBackend>(
@@ -128,11 +188,17 @@ fn draw_lines<DB: DrawingBackend>(
         f64::INFINITY
     };
     let cap = if cap > 0.0 { cap } else { f64::INFINITY };
-    let Some(((x0, x1), (y0, y1))) = bounds(panels, x, y, cap) else { return Ok(()) };
-    let area = area.titled(title, ("sans-serif", 24).into_font().style(FontStyle::Bold)).map_err(e)?;
+    let area = area.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(e)?;
+    let mut entries: BTreeMap<usize, String> = BTreeMap::new();
+    for s in panels.iter().flat_map(|p| &p.series) {
+        entries.entry(s.color).or_insert_with(|| s.label.clone());
+    }
+    let entries: Vec<(String, RGBColor)> = entries.into_iter().map(|(c, l)| (l, PALETTE[c % PALETTE.len()])).collect();
+    let area = with_legend(&area, &entries, Swatch::Line)?;
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
     for (cell, panel) in area.split_evenly((rows, cols)).into_iter().zip(panels) {
+        let Some(((x0, x1), (y0, y1))) = bounds(panel, x, y, cap) else { continue };
         let mut chart = ChartBuilder::on(&cell)
             .caption(&panel.title, ("sans-serif", 18))
             .margin(12)
@@ -144,6 +210,8 @@ fn draw_lines<DB: DrawingBackend>(
             .configure_mesh()
             .x_desc(x.desc)
             .y_desc(y.desc)
+            .x_labels(label_count(x0, x1, x.log))
+            .y_labels(label_count(y0, y1, y.log))
             .x_label_formatter(&|v| fmt_tick(*v, x.log))
             .y_label_formatter(&|v| fmt_tick(*v, y.log))
             .label_style(("sans-serif", 13))
@@ -158,23 +226,11 @@ fn draw_lines<DB: DrawingBackend>(
                 .filter_map(|&(a, b)| Some((tr(a, x.log)?, tr(b, y.log)?)))
                 .collect();
             let style = ShapeStyle::from(&color).stroke_width(2);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), style))
-                .map_err(e)?
-                .label(s.label.clone())
-                .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 18, ly)], style));
+            chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(e)?;
             if pts.len() <= 12 {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(e)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
     }
     area.present().map_err(e)
 }
@@ -223,12 +279,13 @@ macro_rules! on_target {
         }
     };
 }
+pub(crate) use on_target;
 
 /// A multi-panel line chart as PNG and SVG.
 pub fn line_chart(stem: &Path, title: &str, panels: &[Panel], x: Axis, y: Axis) -> Result<Vec<PathBuf>, String> {
     let cols = panels.len().clamp(1, 3) as u32;
     let rows = panels.len().div_ceil(3).max(1) as u32;
-    both_formats(stem, (520 * cols, 40 + 380 * rows), &|t| on_target!(t, a => draw_lines(a, title, panels, x, y)))
+    both_formats(stem, (520 * cols + 220, 40 + 380 * rows), &|t| on_target!(t, a => draw_lines(a, title, panels, x, y)))
 }
 
 /// Reads a run's `metrics.csv` as (time, column) pairs.
@@ -281,98 +338,6 @@ fn over_time(runs: &[RunRecord], column: &str) -> Vec<Panel> {
         .collect()
 }
 
-/// Against-node-count series of a summary figure, means over the runs that have it.
-fn scaling(runs: &[RunRecord], f: &dyn Fn(&RunRecord) -> Option<f64>) -> Vec<Panel> {
-    let color = colors(runs);
-    let mut by: BTreeMap<String, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
-    for r in runs {
-        if let Some(v) = f(r) {
-            by.entry(r.summary.algorithm.clone()).or_default().entry(r.spec.nodes).or_default().push(v);
-        }
-    }
-    let series: Vec<Series> = by
-        .into_iter()
-        .map(|(a, pts)| Series {
-            color: color[&a],
-            label: a,
-            points: pts.into_iter().map(|(n, v)| (n as f64, v.iter().sum::<f64>() / v.len() as f64)).collect(),
-        })
-        .collect();
-    if series.is_empty() {
-        Vec::new()
-    } else {
-        vec![Panel { title: String::new(), series }]
-    }
-}
-
-fn draw_timeline<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[(String, PathBuf)]) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    area.fill(&WHITE).map_err(e)?;
-    let area = area
-        .titled("What each node does over time", ("sans-serif", 24).into_font().style(FontStyle::Bold))
-        .map_err(e)?;
-    let states = [
-        ("computing", PALETTE[0]),
-        ("communicating", PALETTE[1]),
-        ("idle", RGBColor(200, 200, 200)),
-        ("crashed", PALETTE[3]),
-    ];
-    for (cell, (label, dir)) in area.split_evenly((runs.len().max(1), 1)).into_iter().zip(runs) {
-        let text = std::fs::read_to_string(dir.join("timeline.csv")).unwrap_or_default();
-        let rows: Vec<(usize, String, f64, f64)> = text
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                Some((
-                    f.first()?.parse().ok()?,
-                    f.get(1)?.to_string(),
-                    f.get(2)?.parse().ok()?,
-                    f.get(3)?.parse().ok()?,
-                ))
-            })
-            .collect();
-        let ranks = rows.iter().map(|r| r.0 + 1).max().unwrap_or(1);
-        let t1 = rows.iter().map(|r| r.3).fold(0.0, f64::max).max(1e-9);
-        let mut chart = ChartBuilder::on(&cell)
-            .caption(label, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..t1, 0.0..ranks as f64)
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("simulated time (s)")
-            .y_desc("rank")
-            .disable_y_mesh()
-            .y_label_formatter(&|v| format!("{}", *v as usize))
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(e)?;
-        for (name, color) in states {
-            chart
-                .draw_series(
-                    rows.iter()
-                        .filter(|r| r.1 == name)
-                        .map(|r| Rectangle::new([(r.2, r.0 as f64 + 0.1), (r.3, r.0 as f64 + 0.9)], color.filled())),
-                )
-                .map_err(e)?
-                .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(e)?;
-    }
-    area.present().map_err(e)
-}
-
 fn draw_staleness<DB: DrawingBackend>(
     area: DrawingArea<DB, Shift>,
     hists: &[(String, Vec<(u64, f64)>)],
@@ -413,14 +378,15 @@ fn draw_staleness<DB: DrawingBackend>(
 /// Draws every figure that the runs have data for into `out`; returns the files written.
 pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let target = crate::report::target_text(runs);
+    let goal = if target == "none" { String::new() } else { format!(" (target: {target})") };
     let mut files = Vec::new();
     let t = Axis { desc: "simulated time (s)", log: false };
-    let n = Axis { desc: "nodes", log: true };
     let loss = over_time(runs, "loss");
     if !loss.is_empty() {
         files.extend(line_chart(
             &out.join("loss_vs_time"),
-            "Loss of the consensus model",
+            &format!("Loss of the consensus model{goal}"),
             &loss,
             t,
             Axis { desc: "loss", log: true },
@@ -430,7 +396,7 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     if !acc.is_empty() {
         files.extend(line_chart(
             &out.join("accuracy_vs_time"),
-            "Accuracy of the consensus model",
+            &format!("Accuracy of the consensus model{goal}"),
             &acc,
             t,
             Axis { desc: "accuracy", log: false },
@@ -446,26 +412,63 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
             Axis { desc: "distance²", log: true },
         )?);
     }
-    let ttt = scaling(runs, &|r| r.summary.time_to_target_s);
+    let nodes = scaling::node_counts(runs);
+    let color = colors(runs);
+    let ttt = scaling::series(runs, &nodes, &color, &|r| r.summary.time_to_target_s);
+    let secs = Axis { desc: "simulated seconds", log: true };
     if !ttt.is_empty() {
-        files.extend(line_chart(
+        let panel = scaling::NodePanel {
+            title: "mean over the seeds that reached it, 95% CI".into(),
+            y: secs,
+            series: ttt,
+            reference: None,
+        };
+        let (sp, eff) = scaling::speedup(&panel.series, &nodes);
+        files.extend(scaling::chart(
             &out.join("time_to_target_vs_nodes"),
-            "Time to reach the target (lower is better)",
-            &ttt,
-            n,
-            Axis { desc: "simulated seconds", log: true },
+            &format!("Time to reach the target, lower is better{goal}"),
+            &nodes,
+            std::slice::from_ref(&panel),
         )?);
+        if nodes.len() > 1 && sp.iter().any(|s| s.points.len() > 1) {
+            let panels = [
+                scaling::NodePanel {
+                    title: "speedup: time at the first scale every seed reached / time at m".into(),
+                    y: Axis { desc: "speedup", log: true },
+                    series: sp,
+                    reference: None,
+                },
+                scaling::NodePanel {
+                    title: "parallel efficiency: speedup / growth in nodes (1 = linear)".into(),
+                    y: Axis { desc: "efficiency", log: false },
+                    series: eff,
+                    reference: Some(1.0),
+                },
+            ];
+            files.extend(scaling::chart(
+                &out.join("speedup_vs_nodes"),
+                &format!("Speedup and parallel efficiency in time to target{goal}"),
+                &nodes,
+                &panels,
+            )?);
+        }
     }
-    let thr = scaling(runs, &|r| Some(r.summary.updates_per_s).filter(|&u| u > 0.0));
+    let thr = scaling::series(runs, &nodes, &color, &|r| Some(r.summary.updates_per_s).filter(|&u| u > 0.0));
     if !thr.is_empty() {
-        files.extend(line_chart(
+        let panel = scaling::NodePanel {
+            title: "mean over seeds, 95% CI".into(),
+            y: Axis { desc: "updates / s", log: true },
+            series: thr,
+            reference: None,
+        };
+        files.extend(scaling::chart(
             &out.join("throughput_vs_nodes"),
             "Model updates per simulated second",
-            &thr,
-            n,
-            Axis { desc: "updates / s", log: true },
+            &nodes,
+            std::slice::from_ref(&panel),
         )?);
     }
+    files.extend(breakdown::chart(&out.join("time_breakdown"), runs)?);
     // One timeline per algorithm: its run with the most nodes up to 16, first seed.
     let mut pick: BTreeMap<String, &RunRecord> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.spec.nodes <= 16) {
@@ -476,11 +479,9 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
             pick.insert(r.summary.algorithm.clone(), r);
         }
     }
-    let timelines: Vec<(String, PathBuf)> =
-        pick.values().map(|r| (format!("{} ({} nodes)", r.summary.algorithm, r.spec.nodes), r.dir.clone())).collect();
-    if !timelines.is_empty() {
-        let size = (1100, 40 + 220 * timelines.len() as u32);
-        files.extend(both_formats(&out.join("timeline"), size, &|t| on_target!(t, a => draw_timeline(a, &timelines)))?);
+    let picked: Vec<&RunRecord> = pick.values().copied().collect();
+    if !picked.is_empty() {
+        files.extend(timeline::chart(&out.join("timeline"), &picked)?);
     }
     let hists: Vec<(String, Vec<(u64, f64)>)> = pick
         .values()
