@@ -1,6 +1,7 @@
 //! `dsgd-experiments`: the `dsgd` command line's library: specs, runs, sweeps, replay, plots.
 
 pub mod analysis;
+pub mod bounds;
 pub mod diff;
 pub mod execute;
 pub mod gradbench;

@@ -65,10 +65,146 @@ pub fn parse_assignment(s: &str) -> Result<(String, Value), String> {
     Ok((k.trim().to_string(), value))
 }
 
+/// Checks that no object in the JSON `text` gives a key twice (serde would keep the last one
+/// silently); the first duplicate is named by its path.
+pub fn no_duplicate_keys(text: &str) -> Result<(), String> {
+    use serde::de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor};
+    struct Walk(String);
+    impl<'de> DeserializeSeed<'de> for Walk {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(k) = m.next_key::<String>()? {
+                let path = if self.0.is_empty() { k.clone() } else { format!("{}.{k}", self.0) };
+                if !seen.insert(k) {
+                    return Err(A::Error::custom(format!("field `{path}` is given twice (give each field once)")));
+                }
+                m.next_value_seed(Walk(path))?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while s.next_element_seed(Walk(format!("{}[{i}]", self.0)))?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    let mut d = serde_json::Deserializer::from_str(text);
+    Walk(String::new()).deserialize(&mut d).map_err(|e| e.to_string())
+}
+
+/// The value at a path as serde_path_to_error prints it (`faults[2].at_s`), if any.
+fn at_path<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    let mut cur = v;
+    for part in path.split('.').filter(|p| !p.is_empty() && *p != ".") {
+        let (name, rest) = part.split_once('[').map_or((part, ""), |(n, r)| (n, r));
+        if !name.is_empty() {
+            cur = cur.get_mut(name)?;
+        }
+        for idx in rest.split('[').filter(|x| !x.is_empty()) {
+            cur = cur.get_mut(idx.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(cur)
+}
+
+/// Refuses a list where the spec has an object (serde would read `{"stop": [5]}` as a struct
+/// from its fields in order): `given` is the input, `back` the spec serialised again.
+fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), String> {
+    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match (given, back) {
+        (Value::Array(_), Value::Object(_)) => {
+            Err(format!("field `{path}`: expected an object ({{\"field\": value, ...}}), found a list"))
+        }
+        (Value::Object(g), Value::Object(b)) => {
+            for (k, v) in g {
+                if let Some(w) = b.get(k) {
+                    same_containers(v, w, &join(k))?;
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(g), Value::Array(b)) => {
+            for (i, (v, w)) in g.iter().zip(b).enumerate() {
+                same_containers(v, w, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn deserialize_spec(value: Value) -> Result<Spec, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        (path, inner.split(" at line ").next().unwrap_or(&inner).to_string())
+    })
+}
+
+/// An error inside a tagged object (`{"kind": ...}`) is reported by serde at the object itself;
+/// this finds the field: the one named by the message, or the one whose removal changes the error.
+fn refine(value: &Value, path: String, message: &str) -> String {
+    let mut probe = value.clone();
+    let Some(Value::Object(obj)) = at_path(&mut probe, &path) else { return path };
+    if !obj.contains_key("kind") {
+        return path;
+    }
+    let join = |k: &str| if path == "." || path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    if message.starts_with("unknown variant") {
+        return join("kind");
+    }
+    if let Some(f) = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+        return join(f);
+    }
+    let keys: Vec<String> = obj.keys().filter(|k| *k != "kind").cloned().collect();
+    for k in keys {
+        let mut v = value.clone();
+        if let Some(Value::Object(o)) = at_path(&mut v, &path) {
+            o.remove(&k);
+        }
+        match deserialize_spec(v) {
+            Err((p, m)) if p == path && m == message => continue,
+            _ => return join(&k),
+        }
+    }
+    path
+}
+
 /// Builds a validated spec from JSON text plus overrides.
 pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<Spec, SpecError> {
     let mut value: Value =
         serde_json::from_str(text).map_err(|e| SpecError::new(source_name, format!("not valid JSON: {e}")))?;
+    no_duplicate_keys(text).map_err(|e| SpecError::new(source_name, e))?;
     if !value.is_object() {
         return Err(SpecError::new(source_name, "a spec must be a JSON object"));
     }
@@ -81,16 +217,16 @@ pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<S
 
 /// Builds a validated spec from a JSON value.
 pub fn spec_from_value(source_name: &str, value: Value) -> Result<Spec, SpecError> {
-    let spec: Spec = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let inner = inner.split(" at line ").next().unwrap_or(&inner).to_string();
+    let spec: Spec = deserialize_spec(value.clone()).map_err(|(path, inner)| {
+        let path = refine(&value, path, &inner);
         if path == "." {
             SpecError::new(source_name, inner)
         } else {
             SpecError::new(source_name, format!("field `{path}`: {inner}"))
         }
     })?;
+    same_containers(&value, &serde_json::to_value(&spec).expect("plain data serialises"), "")
+        .map_err(|e| SpecError::new(source_name, e))?;
     spec.validate()
         .map_err(|FieldError { field, problem }| SpecError::new(source_name, format!("field `{field}`: {problem}")))?;
     Ok(spec)

@@ -71,6 +71,9 @@ enum Command {
         /// Print the summary (or, for the default comparison, the sweep's outcome) as JSON only.
         #[arg(long)]
         json: bool,
+        /// Run even if the estimated memory exceeds what this machine has available.
+        #[arg(long)]
+        force: bool,
     },
     /// Run a grid of specs in parallel; resumes where it stopped; aggregates over seeds.
     Sweep {
@@ -92,6 +95,9 @@ enum Command {
         /// Print the outcome (runs done, failures, the aggregate rows) as JSON only.
         #[arg(long)]
         json: bool,
+        /// Run even if a point's estimated memory exceeds what this machine has available.
+        #[arg(long)]
+        force: bool,
     },
     /// Re-run the resolved spec(s) in a run or sweep folder; exit 0 only if everything is identical.
     Replay {
@@ -219,10 +225,10 @@ fn main() -> ExitCode {
         Command::Run { spec: None, trace: true, .. } => {
             Err("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces".into())
         }
-        Command::Run { spec: Some(spec), out, sets, trace, .. } => run_one(&spec, out, &sets, trace),
+        Command::Run { spec: Some(spec), out, sets, trace, force, .. } => run_one(&spec, out, &sets, trace, force),
         Command::Run { spec: None, out, sets, jobs, .. } => run_default(out, &sets, jobs.unwrap_or_else(cores)),
-        Command::Sweep { sweep, out, jobs, no_plots, rerun_changed, .. } => {
-            run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots, rerun_changed)
+        Command::Sweep { sweep, out, jobs, no_plots, rerun_changed, force, .. } => {
+            run_sweep(&sweep, &out, jobs.unwrap_or_else(cores), !no_plots, rerun_changed, force)
         }
         Command::Replay { dir, .. } => replay(&dir),
         Command::Check { file, sets, .. } => check(&file, &sets),
@@ -247,8 +253,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool) -> Result<ExitCode, String> {
+fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool, force: bool) -> Result<ExitCode, String> {
     let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+    if !force {
+        dsgd_experiments::bounds::check_memory(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let dest = out.unwrap_or_else(|| fresh_dir(&Path::new("runs").join(&spec.name)));
     if dest.exists() {
         return Err(format!("{} already exists; choose another --out (nothing was run)", dest.display()));
@@ -311,8 +320,27 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
             spec.seed
         );
         out!("{}", serde_json::to_string_pretty(&resolved).expect("JSON"));
+        let est = dsgd_experiments::bounds::estimate(&spec);
+        let avail = dsgd_experiments::bounds::available_memory();
+        out!(
+            "estimated peak memory {} ({} ranks, {:.0} parameters each){}",
+            dsgd_experiments::bounds::human(est.bytes),
+            est.ranks,
+            est.params,
+            avail.map_or(String::new(), |a| format!("; {} available here", dsgd_experiments::bounds::human(a)))
+        );
+        for (what, bytes) in &est.drivers {
+            out!("  {}: {what}", dsgd_experiments::bounds::human(*bytes));
+        }
         if JSON.load(std::sync::atomic::Ordering::Relaxed) {
-            print_json(&serde_json::json!({"kind": "spec", "spec": resolved}));
+            let drivers: Vec<serde_json::Value> =
+                est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
+            print_json(&serde_json::json!({
+                "kind": "spec",
+                "spec": resolved,
+                "estimate": {"bytes": est.bytes, "ranks": est.ranks, "params": est.params, "drivers": drivers,
+                             "available_bytes": avail},
+            }));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -415,8 +443,22 @@ fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
     }
 }
 
-fn run_sweep(path: &Path, out: &Path, jobs: usize, draw: bool, rerun_changed: bool) -> Result<ExitCode, String> {
+fn run_sweep(
+    path: &Path,
+    out: &Path,
+    jobs: usize,
+    draw: bool,
+    rerun_changed: bool,
+    force: bool,
+) -> Result<ExitCode, String> {
     let (spec, points) = sweep::load(path).map_err(|e| e.to_string())?;
+    if !force {
+        for p in &points {
+            dsgd_experiments::bounds::check_memory(&p.spec).map_err(|e| {
+                format!("{} (point {}: {}): {e}", path.display(), p.index, sweep::describe(&p.assignment))
+            })?;
+        }
+    }
     if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw, rerun_changed)? {
         return Ok(code);
     }

@@ -299,6 +299,7 @@ impl Staging {
     pub fn new(dest: &Path) -> std::io::Result<Self> {
         let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent)?;
+        remove_stale_partials(parent);
         let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or("run");
         let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
         if tmp.exists() {
@@ -323,6 +324,27 @@ impl Drop for Staging {
     fn drop(&mut self) {
         if !self.done {
             let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// Removes the half-written folders (`.NAME.partial-PID`) that processes which no longer exist
+/// left in `parent` (killed before they could clean up), saying so on stderr. Folders of live
+/// processes are left alone; where processes cannot be looked up (no `/proc`), nothing is removed.
+pub fn remove_stale_partials(parent: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".partial-")).map(|(_, p)| p) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let dead = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+        if dead && std::fs::remove_dir_all(e.path()).is_ok() {
+            eprintln!("removed {}, left half written by a process ({pid}) that died", e.path().display());
         }
     }
 }

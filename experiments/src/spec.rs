@@ -677,9 +677,31 @@ impl Spec {
         }
         finite_pos("eval.every_s", self.eval.every_s)?;
         finite_nonneg("eval.timeline_s", self.eval.timeline_s)?;
-        Ok(())
+        plain_name(&self.name)?;
+        crate::bounds::check(self)
     }
+}
 
+/// A run's name names its folder under `runs/`: it must be a plain name, not a path.
+fn plain_name(name: &str) -> Result<(), FieldError> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        bad(
+            "name",
+            format!(
+                "`{name}` is not a plain name: it names the run's folder under runs/, so it may hold only letters, \
+                 digits, '.', '_' and '-' (at most 100, not starting with '.'); give the folder with --out instead"
+            ),
+        )
+    }
+}
+
+impl Spec {
     /// The workloads that need no data files.
     fn simple_workload(&self) -> (Arc<dyn Workload>, Option<usize>) {
         match self.workload.clone() {

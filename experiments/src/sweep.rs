@@ -82,6 +82,7 @@ pub fn load(path: &Path) -> Result<(SweepSpec, Vec<Point>), SpecError> {
     let name = path.display().to_string();
     let err = |m: String| SpecError { source_name: name.clone(), message: m };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    crate::load::no_duplicate_keys(&text).map_err(err)?;
     let sweep: SweepSpec =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| {
             let p = e.path().to_string();

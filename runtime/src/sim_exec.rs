@@ -390,8 +390,17 @@ impl<P: Protocol> SimExecutor<P> {
             stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
                 || stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
         };
+        let (mut instant, mut at_instant) = (SimTime::ZERO, 0u64);
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
+                if now == instant {
+                    at_instant += 1;
+                    if at_instant > dsgd_sim::STALL_EVENTS {
+                        return Err(SimError::Stalled { at: now, events: at_instant });
+                    }
+                } else {
+                    (instant, at_instant) = (now, 1);
+                }
                 self.dispatch(now, occ);
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));

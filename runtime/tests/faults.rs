@@ -243,3 +243,20 @@ fn with_the_easgd_centre_down_the_model_is_the_mean_of_the_workers() {
     assert!(loss(s.last().unwrap()) < 0.5 * loss(&s[0]));
     assert_eq!(r.final_params.len(), 32);
 }
+
+#[test]
+fn a_cluster_whose_time_cannot_advance_is_an_error_not_a_hang() {
+    // Steps and messages that take no time: every iteration happens at t = 0.
+    let mut sim = cluster(1, 0, 0, 1e6);
+    sim.compute.base = dsgd_sim::SimDuration(0);
+    let alg = AlgorithmConfig::Sync(SyncConfig::default());
+    let r = dsgd_runtime::runner::run(&alg, 2, &sim, timing(16), train(1.0));
+    match r {
+        Err(dsgd_sim::SimError::Stalled { at, events }) => {
+            assert_eq!(at, SimTime::ZERO);
+            assert!(events > dsgd_sim::STALL_EVENTS);
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(r) => panic!("ran to {:?} with {} events", r.stop, r.stats.events),
+    }
+}

@@ -46,7 +46,22 @@ pub enum SimError {
     /// Writing the trace failed.
     #[error("could not write the trace: {0}")]
     Trace(String),
+    /// Events kept coming at one instant: simulated time stopped advancing.
+    #[error(
+        "simulated time stopped advancing at {at}: {events} events in a row at that instant; a duration that \
+         rounds to 0 ns (a step time, a latency with a very high bandwidth) lets events repeat forever"
+    )]
+    Stalled {
+        /// The instant.
+        at: SimTime,
+        /// Events processed at it.
+        events: u64,
+    },
 }
+
+/// Events in a row at one instant after which a run is [`SimError::Stalled`]: far more than any
+/// real cluster produces at once (a 100,000-node collective step is a few hundred thousand).
+pub const STALL_EVENTS: u64 = 50_000_000;
 
 impl SimError {
     /// Shorthand for [`SimError::InvalidConfig`].

@@ -23,7 +23,7 @@ pub mod trace;
 pub use compute::{ComputeConfig, Jitter, Slowdown};
 pub use digest::Digest;
 pub use engine::{JobId, Occurrence, Sim, SimConfig, SimStats, TimerId};
-pub use error::{Result, SimError};
+pub use error::{Result, SimError, STALL_EVENTS};
 pub use faults::{Fault, FaultConfig, RandomFailures};
 pub use net::{NetMode, NetworkConfig, NicOverride, Topology};
 pub use rng::{StreamRng, Streams};

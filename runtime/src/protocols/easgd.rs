@@ -157,7 +157,7 @@ impl Protocol for EasgdWorker {
         self.opt.apply(&mut self.x, &grad);
         self.steps += 1;
         ctx.record_update(0);
-        if self.steps % self.cfg.tau == 0 {
+        if self.steps.is_multiple_of(self.cfg.tau) {
             let bytes = ctx.workload().message_bytes();
             self.wait_for_centre(ctx, EasgdMsg::Exchange { x: self.x.clone() }, bytes);
         } else {

@@ -351,7 +351,7 @@ impl Protocol for GossipNode {
         }
         self.steps += 1;
         ctx.record_update(0);
-        if self.steps % self.cfg.tau == 0 {
+        if self.steps.is_multiple_of(self.cfg.tau) {
             self.gossip(ctx);
         }
         self.compute(ctx);

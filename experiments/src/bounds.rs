@@ -1,0 +1,347 @@
+//! Limits that keep every accepted spec runnable: no size or time that overflows or wraps, no
+//! duration that rounds to 0 ns where time must pass, and an estimate of the memory a run needs,
+//! checked against what this machine has before anything runs.
+//!
+//! The hard limits ([`check`]) are part of validation: a spec beyond them is refused with its
+//! field, whatever the machine. The memory estimate ([`estimate`]) counts the replicas' and
+//! servers' parameter vectors (with the optimizer's and the messages' copies), per-member
+//! collective schedules, gossip suspect tables, the engine's per-node state and the data set;
+//! `dsgd check` prints it, and `dsgd run`/`sweep` refuse a spec whose estimate exceeds 90% of the
+//! memory available (`MemAvailable`) unless given `--force`.
+
+use crate::spec::{FieldError, Spec, TopologySpec, WorkloadSpec};
+use dsgd_runtime::collectives::CollectiveKind;
+use dsgd_runtime::runner::AlgorithmConfig;
+use dsgd_sim::Jitter;
+
+/// The most parameters a model (or its messages) may have: 2^40 (4 TiB of fp32).
+pub const MAX_PARAMS: usize = 1 << 40;
+/// The longest duration a spec may give, seconds (about 31.7 years; nanoseconds fit in u64).
+pub const MAX_SECONDS: f64 = 1e9;
+
+fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
+    Err(FieldError { field: field.into(), problem: problem.into() })
+}
+
+/// A number as a person writes it: plain, or in exponent form when very small or large.
+fn num(x: f64) -> String {
+    if x == 0.0 || (1e-4..1e15).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
+fn at_most(field: &str, v: usize, max: usize) -> Result<(), FieldError> {
+    if v > max {
+        return bad(field, format!("is {v}; must be at most {max}"));
+    }
+    Ok(())
+}
+
+/// A duration in seconds that must be at least `min_s` (and at most [`MAX_SECONDS`]).
+fn duration(field: &str, s: f64, min_s: f64, why: &str) -> Result<(), FieldError> {
+    if s < min_s {
+        return bad(field, format!("is {} s; must be at least {} s {why}", num(s), num(min_s)));
+    }
+    if s > MAX_SECONDS {
+        return bad(field, format!("is {} s; must be at most {} s", num(s), num(MAX_SECONDS)));
+    }
+    Ok(())
+}
+
+/// Half a nanosecond in seconds: a duration below it rounds to 0 ns.
+const HALF_NS: f64 = 0.5e-9;
+const ZERO_NS: &str = "(it would round to 0 ns, and a step that takes no time never lets time pass)";
+
+fn timeout_of(a: &AlgorithmConfig) -> f64 {
+    match a {
+        AlgorithmConfig::Sync(c) => c.timeout_s,
+        AlgorithmConfig::AsyncPs(c) => c.timeout_s,
+        AlgorithmConfig::Easgd(c) => c.timeout_s,
+        AlgorithmConfig::Gossip(c) => c.timeout_s,
+    }
+}
+
+/// Checks the hard limits; the first problem is returned with its field.
+pub fn check(spec: &Spec) -> Result<(), FieldError> {
+    at_most("batch", spec.batch, 1 << 20)?;
+    if let AlgorithmConfig::AsyncPs(c) = &spec.algorithm {
+        at_most("algorithm.shards", c.shards, 100_000)?;
+    }
+    duration(
+        "algorithm.timeout_s",
+        timeout_of(&spec.algorithm),
+        1e-3,
+        "(a shorter failure-detection timeout fires before messages arrive, so every round times out)",
+    )?;
+    match &spec.workload {
+        WorkloadSpec::Timing { params } => at_most("workload.params", *params, MAX_PARAMS)?,
+        WorkloadSpec::Quadratic { dim, wire_params, .. } => {
+            at_most("workload.dim", *dim, 1 << 31)?;
+            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
+        }
+        WorkloadSpec::Softmax { classes, features, train, test, wire_params, .. } => {
+            at_most("workload.classes", *classes, 1 << 16)?;
+            at_most("workload.features", *features, 1 << 20)?;
+            at_most("workload.train", *train, 1 << 26)?;
+            at_most("workload.test", *test, 1 << 26)?;
+            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
+            if classes * (features + 1) > 1 << 31 {
+                return bad("workload.features", "classes × (features + 1) parameters must be at most 2^31");
+            }
+        }
+        WorkloadSpec::Burn { hidden, wire_params, .. } => {
+            at_most("workload.hidden", hidden.len(), 64)?;
+            for (i, &h) in hidden.iter().enumerate() {
+                at_most(&format!("workload.hidden[{i}]"), h, 1 << 16)?;
+            }
+            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
+        }
+    }
+    let c = &spec.compute;
+    duration("compute.step_time_ms", c.step_time_ms / 1e3, HALF_NS, ZERO_NS)?;
+    for (&n, &t) in &c.per_node_step_time_ms {
+        duration(&format!("compute.per_node_step_time_ms.{n}"), t / 1e3, HALF_NS, ZERO_NS)?;
+    }
+    match c.straggler.jitter {
+        Jitter::Exponential { mean } if mean > 1e3 => {
+            return bad("compute.straggler.jitter.mean", format!("is {mean}; must be at most 1000"))
+        }
+        Jitter::LogNormal { sigma } if sigma > 3.0 => {
+            return bad(
+                "compute.straggler.jitter.sigma",
+                format!("is {sigma}; must be at most 3 (a factor of e^12 at four standard deviations)"),
+            )
+        }
+        Jitter::Pareto { alpha } if alpha < 1.0 => {
+            return bad(
+                "compute.straggler.jitter.alpha",
+                format!("is {alpha}; must be at least 1 (below 1 the mean step time is infinite)"),
+            )
+        }
+        _ => {}
+    }
+    for (&n, &f) in &c.straggler.slow_nodes {
+        factor(&format!("compute.straggler.slow_nodes.{n}"), f)?;
+    }
+    for (i, s) in c.straggler.slowdowns.iter().enumerate() {
+        factor(&format!("compute.straggler.slowdowns[{i}].factor"), s.factor)?;
+    }
+    let net = &spec.network;
+    duration("network.latency_us", net.latency_us / 1e6, 0.0, "")?;
+    gbps("network.bandwidth_gbps", net.bandwidth_gbps)?;
+    for (&n, o) in &net.per_node {
+        if let Some(l) = o.latency_us {
+            duration(&format!("network.per_node.{n}.latency_us"), l / 1e6, 0.0, "")?;
+        }
+        if let Some(b) = o.bandwidth_gbps {
+            gbps(&format!("network.per_node.{n}.bandwidth_gbps"), b)?;
+        }
+    }
+    if let TopologySpec::Racks { uplink_gbps, core_latency_us, .. } = net.topology {
+        gbps("network.topology.uplink_gbps", uplink_gbps)?;
+        duration("network.topology.core_latency_us", core_latency_us / 1e6, 0.0, "")?;
+    }
+    for (i, f) in spec.faults.iter().enumerate() {
+        fault(&format!("faults[{i}]"), f)?;
+    }
+    duration("stop.sim_time_s", spec.stop.sim_time_s, HALF_NS, ZERO_NS)?;
+    duration("eval.every_s", spec.eval.every_s, 1e-6, "")?;
+    if spec.stop.sim_time_s / spec.eval.every_s > 1e7 {
+        return bad(
+            "eval.every_s",
+            format!(
+                "{} s gives {:.0} evaluations over stop.sim_time_s; at most 10^7 are allowed",
+                spec.eval.every_s,
+                spec.stop.sim_time_s / spec.eval.every_s
+            ),
+        );
+    }
+    duration("eval.timeline_s", spec.eval.timeline_s, 0.0, "")?;
+    Ok(())
+}
+
+fn factor(field: &str, f: f64) -> Result<(), FieldError> {
+    if !(1e-6..=1e6).contains(&f) {
+        return bad(field, format!("is {}; must be between 1e-6 and 1e6", num(f)));
+    }
+    Ok(())
+}
+
+fn gbps(field: &str, b: f64) -> Result<(), FieldError> {
+    if !(1e-6..=1e6).contains(&b) {
+        return bad(field, format!("is {}; must be between 1e-6 (1 kbit/s) and 1e6 (1 Pbit/s)", num(b)));
+    }
+    Ok(())
+}
+
+fn fault(p: &str, f: &crate::spec::FaultSpec) -> Result<(), FieldError> {
+    use crate::spec::FaultSpec;
+    match f {
+        FaultSpec::Crash { at_s, .. } | FaultSpec::Restart { at_s, .. } => {
+            duration(&format!("{p}.at_s"), *at_s, 0.0, "")
+        }
+        FaultSpec::NicDegrade { from_s, until_s, factor: f, .. } => {
+            duration(&format!("{p}.from_s"), *from_s, 0.0, "")?;
+            duration(&format!("{p}.until_s"), *until_s, 0.0, "")?;
+            factor(&format!("{p}.factor"), *f)
+        }
+        FaultSpec::Partition { from_s, until_s, .. } | FaultSpec::MessageLoss { from_s, until_s, .. } => {
+            duration(&format!("{p}.from_s"), *from_s, 0.0, "")?;
+            duration(&format!("{p}.until_s"), *until_s, 0.0, "")
+        }
+        FaultSpec::Random { mtbf_s, mttr_s, .. } => {
+            duration(&format!("{p}.mtbf_s"), *mtbf_s, 1e-3, "")?;
+            duration(&format!("{p}.mttr_s"), *mttr_s, 1e-3, "")
+        }
+    }
+}
+
+/// What a run is expected to need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// Peak memory, bytes.
+    pub bytes: f64,
+    /// Parameters of the model every replica holds (0 for timing-only workloads).
+    pub params: f64,
+    /// Ranks (workers and servers).
+    pub ranks: usize,
+    /// What drives it, most first: `(field, bytes)`.
+    pub drivers: Vec<(String, f64)>,
+}
+
+/// Parameters of the arithmetic model of `w` (not counting `wire_params`).
+fn model_params(w: &WorkloadSpec) -> f64 {
+    match w {
+        WorkloadSpec::Timing { .. } => 0.0,
+        WorkloadSpec::Quadratic { dim, .. } => *dim as f64,
+        WorkloadSpec::Softmax { classes, features, .. } => (*classes * (*features + 1)) as f64,
+        WorkloadSpec::Burn { model, hidden, .. } => match model {
+            crate::spec::BurnModel::Mlp => {
+                let mut prev = 784.0;
+                let mut n = 0.0;
+                for &h in hidden.iter().chain([10usize].iter()) {
+                    n += prev * h as f64 + h as f64;
+                    prev = h as f64;
+                }
+                n
+            }
+            crate::spec::BurnModel::Cnn => 20_490.0,
+            crate::spec::BurnModel::Resnet20 => 269_434.0,
+            crate::spec::BurnModel::Resnet18 => 11_175_370.0, // torchvision's, on 1 channel and 10 classes
+        },
+    }
+}
+
+fn dataset_bytes(w: &WorkloadSpec) -> f64 {
+    match w {
+        WorkloadSpec::Softmax { features, train, test, .. } => ((train + test) * (features + 1)) as f64 * 8.0,
+        WorkloadSpec::Burn { .. } => 70_000.0 * 784.0 * 4.0,
+        _ => 0.0,
+    }
+}
+
+/// Estimates the peak memory of a run of `spec`.
+pub fn estimate(spec: &Spec) -> Estimate {
+    let ranks = spec.ranks();
+    let n = spec.nodes as f64;
+    let params = model_params(&spec.workload);
+    // Each rank: its parameters, the optimizer's velocity, a gradient and about one message's
+    // copy in flight.
+    let replicas = ranks as f64 * params * 4.0 * 4.0;
+    let schedules = match &spec.algorithm {
+        AlgorithmConfig::Sync(c) if c.backup_workers == 0 => {
+            let steps = match c.collective {
+                CollectiveKind::Ring => 2.0 * (n - 1.0),
+                CollectiveKind::Tree => 2.0 * n.log2().ceil(),
+                CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
+                CollectiveKind::Analytic => 0.0,
+            };
+            // Each member's schedule, and the run's copy of it.
+            n * steps * 72.0 * 2.0
+        }
+        _ => 0.0,
+    };
+    let suspects = match &spec.algorithm {
+        AlgorithmConfig::Gossip(_) => n * n * 8.0,
+        _ => 0.0,
+    };
+    let engine = ranks as f64 * 2048.0;
+    let data = dataset_bytes(&spec.workload);
+    let mut drivers = vec![
+        (format!("nodes ({}) × the model's parameters ({params:.0})", spec.nodes), replicas),
+        (format!("nodes ({}): per-member collective schedules (algorithm.collective)", spec.nodes), schedules),
+        (format!("nodes ({}): gossip suspect tables", spec.nodes), suspects),
+        (format!("nodes ({}): the engine's per-node state", spec.nodes), engine),
+        ("the workload's data set".to_string(), data),
+    ];
+    drivers.retain(|d| d.1 > 0.0);
+    drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Estimate { bytes: replicas + schedules + suspects + engine + data + 64e6, params, ranks, drivers }
+}
+
+/// Bytes of memory available to a new process (`MemAvailable`), where the system says.
+pub fn available_memory() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024.0)
+}
+
+/// Bytes as text (MiB or GiB).
+pub fn human(bytes: f64) -> String {
+    if bytes >= 1024f64.powi(3) {
+        format!("{:.1} GiB", bytes / 1024f64.powi(3))
+    } else {
+        format!("{:.0} MiB", bytes / 1024f64.powi(2))
+    }
+}
+
+/// Refuses a spec whose estimate exceeds 90% of the available memory (where it is known).
+pub fn check_memory(spec: &Spec) -> Result<(), String> {
+    let (Some(avail), e) = (available_memory(), estimate(spec)) else { return Ok(()) };
+    if e.bytes <= 0.9 * avail {
+        return Ok(());
+    }
+    let drivers: Vec<String> = e
+        .drivers
+        .iter()
+        .filter(|d| d.1 >= 0.01 * e.bytes)
+        .take(3)
+        .map(|(f, b)| format!("{f}: {}", human(*b)))
+        .collect();
+    Err(format!(
+        "this run needs about {} of memory and {} is available; it is driven by {}. Lower those fields, \
+         or add --force to run it anyway",
+        human(e.bytes),
+        human(avail),
+        drivers.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> Spec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_estimate_grows_with_nodes_and_parameters() {
+        let small = estimate(&spec(r#"{"nodes": 4, "workload": {"kind": "quadratic", "dim": 1000}}"#));
+        let big = estimate(&spec(r#"{"nodes": 4000, "workload": {"kind": "quadratic", "dim": 1000}}"#));
+        assert!(big.bytes > 100.0 * (small.bytes - 64e6), "{big:?} vs {small:?}");
+        // 4,000 ranks × 1,000 parameters × 16 bytes, plus the ring's 4,000 × 7,998 steps.
+        assert!((big.drivers[0].1 - 4000.0 * 7998.0 * 144.0).abs() < 1.0, "{:?}", big.drivers);
+        let wide = estimate(&spec(r#"{"nodes": 4, "workload": {"kind": "quadratic", "dim": 100000000}}"#));
+        assert_eq!(wide.drivers[0].1, 4.0 * 1e8 * 16.0);
+    }
+
+    #[test]
+    fn mlp_parameters_are_counted_like_the_network() {
+        let p = model_params(&spec(r#"{"workload": {"kind": "burn", "model": "mlp", "hidden": [128]}}"#).workload);
+        assert_eq!(p, 784.0 * 128.0 + 128.0 + 128.0 * 10.0 + 10.0);
+    }
+}

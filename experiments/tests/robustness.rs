@@ -1,0 +1,108 @@
+//! Every spec either runs or is refused clearly: the specs that used to panic, hang, wrap or
+//! escape their folder are refused with the exact field, and nothing is written.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn dsgd(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// (spec, the field the error must name)
+const REFUSED: &[(&str, &str)] = &[
+    // Used to panic in the collective schedule, or wrap the message size to 216 bytes.
+    (r#"{"nodes":5,"workload":{"kind":"quadratic","wire_params":18446744073709551615}}"#, "workload.wire_params"),
+    (r#"{"nodes":5,"workload":{"kind":"quadratic","wire_params":4611686018427387904}}"#, "workload.wire_params"),
+    // Capacity overflow.
+    (r#"{"workload":{"kind":"quadratic","dim":9223372036854775808}}"#, "workload.dim"),
+    (r#"{"batch":9223372036854775808}"#, "batch"),
+    (r#"{"algorithm":{"kind":"async_ps","shards":9223372036854775808}}"#, "algorithm.shards"),
+    // Hung at time 0, crawled, or hung gossip.
+    (
+        r#"{"network":{"latency_us":0,"bandwidth_gbps":1e300},"compute":{"step_time_ms":1e-300}}"#,
+        "compute.step_time_ms",
+    ),
+    (r#"{"network":{"bandwidth_gbps":1e300}}"#, "network.bandwidth_gbps"),
+    (r#"{"algorithm":{"kind":"sync","timeout_s":1e-9}}"#, "algorithm.timeout_s"),
+    (
+        r#"{"algorithm":{"kind":"gossip"},"compute":{"straggler":{"jitter":{"kind":"log_normal","sigma":30}}}}"#,
+        "compute.straggler.jitter.sigma",
+    ),
+    // Paths inside tagged objects, duplicate keys, a list for an object.
+    (r#"{"algorithm":{"kind":"async_ps","shards":2.5}}"#, "algorithm.shards"),
+    (r#"{"faults":[{"kind":"crash","node":1,"at_s":1},{"kind":"crash","node":1,"at_s":"x"}]}"#, "faults[1].at_s"),
+    (r#"{"algorithm":{"kind":"sync","colective":"ring"}}"#, "algorithm.colective"),
+    (r#"{"algorithm":{"kind":"bogus"}}"#, "algorithm.kind"),
+    (r#"{"nodes":2,"nodes":3}"#, "nodes"),
+    (r#"{"stop":[5]}"#, "stop"),
+    // A name is not a path.
+    (r#"{"name":"../../escape"}"#, "name"),
+    (r#"{"name":"/tmp/abs"}"#, "name"),
+];
+
+#[test]
+fn the_specs_that_broke_dsgd_are_refused_with_their_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for (spec, field) in REFUSED {
+        std::fs::write(dir.path().join("s.json"), spec).unwrap();
+        let o = dsgd(dir.path(), &["run", "s.json", "--out", "out"]);
+        assert_eq!(o.status.code(), Some(2), "{spec}: {}", text(&o));
+        let msg = text(&o);
+        assert!(msg.starts_with("error: s.json: field `") && msg.contains(&format!("`{field}`")), "{spec}: {msg}");
+        assert!(!msg.contains("panicked"), "{spec}: {msg}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, ["s.json"], "{spec}: something was written");
+    }
+    assert!(!dir.path().join("../escape").exists());
+}
+
+#[test]
+fn a_timing_workload_with_several_shards_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"{"algorithm":{"kind":"async_ps","shards":2},"workload":{"kind":"timing"},"stop":{"sim_time_s":3}}"#;
+    std::fs::write(dir.path().join("s.json"), spec).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json", "--out", "r"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn a_spec_too_large_for_this_machine_is_refused_with_its_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100,000-member rings keep 2(n-1) schedule steps per member: terabytes.
+    std::fs::write(dir.path().join("s.json"), r#"{"nodes": 100000}"#).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json", "--out", "r"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let msg = text(&o);
+    assert!(msg.contains("GiB of memory") && msg.contains("nodes (100000)") && msg.contains("--force"), "{msg}");
+    assert!(!dir.path().join("r").exists());
+    let o = dsgd(dir.path(), &["check", "s.json", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let bytes = v["estimate"]["bytes"].as_f64().unwrap();
+    assert!(bytes > 1e12, "{v}");
+    // A small spec passes and its estimate is printed.
+    std::fs::write(dir.path().join("small.json"), r#"{"nodes": 4, "stop": {"sim_time_s": 1}}"#).unwrap();
+    let o = dsgd(dir.path(), &["check", "small.json"]);
+    assert!(text(&o).contains("estimated peak memory"), "{}", text(&o));
+    assert!(dsgd(dir.path(), &["run", "small.json", "--out", "ok"]).status.success());
+}
+
+#[test]
+fn half_written_folders_of_dead_processes_are_removed_at_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    // A process id that cannot be alive (above the kernel's maximum).
+    let stale = runs.join(".x.partial-4294967295");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("spec.json"), "{}").unwrap();
+    std::fs::write(dir.path().join("s.json"), r#"{"name": "x", "stop": {"sim_time_s": 1}}"#).unwrap();
+    let o = dsgd(dir.path(), &["run", "s.json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stale.exists(), "the stale folder is still there");
+    assert!(text(&o).contains("left half written by a process (4294967295) that died"), "{}", text(&o));
+    assert!(runs.join("x/summary.json").exists());
+}
