@@ -218,6 +218,14 @@ fn main() -> ExitCode {
             | Command::Diff { json: true, .. }
     );
     JSON.store(json, std::sync::atomic::Ordering::Relaxed);
+    // SIGINT/SIGTERM: runs stop at their next check and sweeps keep what finished; a second
+    // signal ends the process at once.
+    let _ = ctrlc::set_handler(|| {
+        if dsgd_runtime::cancel::requested() {
+            std::process::exit(130);
+        }
+        dsgd_runtime::cancel::request();
+    });
     let result = match cli.command {
         Command::Run { spec: Some(_), jobs: Some(_), .. } => {
             Err("--jobs applies to the default comparison (dsgd run with no spec); a single run uses one core".into())
@@ -243,6 +251,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(_) if dsgd_runtime::cancel::requested() => {
+            eprintln!("interrupted: the run was stopped before it finished; nothing was written");
+            ExitCode::from(130)
+        }
         Err(e) => {
             if json {
                 print_json(&serde_json::json!({"error": e}));
@@ -431,6 +443,21 @@ fn sweep_json(out: &Path, r: &sweep::SweepReport, runs: &[RunRecord]) {
     }));
 }
 
+/// After an interrupted sweep: what was kept, and how to resume. `None` if not interrupted.
+fn interrupted(r: &sweep::SweepReport, total: usize, resume: &str) -> Option<ExitCode> {
+    if !dsgd_runtime::cancel::requested() {
+        return None;
+    }
+    eprintln!(
+        "interrupted: {} runs finished now and are kept ({} of {total} done), {} unfinished runs removed; \
+         resume with: {resume}",
+        r.ran,
+        r.ran + r.skipped,
+        r.interrupted
+    );
+    Some(ExitCode::from(130))
+}
+
 fn sweep_report(r: &sweep::SweepReport) -> ExitCode {
     out!("{} runs done now, {} already done earlier, {} failed", r.ran, r.skipped, r.failed.len());
     for (i, e) in &r.failed {
@@ -464,6 +491,10 @@ fn run_sweep(
     }
     let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
     let report = sweep::run(&spec, &points, out, jobs, progress, rerun_changed)?;
+    let resume = format!("dsgd sweep {} --out {}", path.display(), out.display());
+    if let Some(code) = interrupted(&report, points.len(), &resume) {
+        return Ok(code);
+    }
     let code = sweep_report(&report);
     let runs = finish_sweep(out, draw)?;
     sweep_json(out, &report, &runs);
@@ -486,6 +517,9 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     );
     let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
     let report = sweep::run(&sweep_spec, &points, &out, jobs, progress, false)?;
+    if let Some(code) = interrupted(&report, points.len(), &format!("dsgd run --out {}", out.display())) {
+        return Ok(code);
+    }
     let code = sweep_report(&report);
     let runs = finish_sweep(&out, true)?;
     sweep_json(&out, &report, &runs);

@@ -170,6 +170,8 @@ pub struct SweepReport {
     pub skipped: usize,
     /// Runs that failed, with why.
     pub failed: Vec<(usize, String)>,
+    /// Runs stopped unfinished by an interrupt (SIGINT, SIGTERM); their folders were removed.
+    pub interrupted: usize,
 }
 
 /// Removes partial run folders left by a killed sweep.
@@ -298,24 +300,37 @@ pub fn run_share(
     bar.set_position(skipped as u64);
     let next = AtomicUsize::new(0);
     let failed = Mutex::new(Vec::new());
+    let interrupted = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1).min(todo.len().max(1)) {
             s.spawn(|| loop {
+                if dsgd_runtime::cancel::requested() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(p) = todo.get(i) else { break };
                 bar.set_message(describe(&p.assignment));
                 let res = execute(&p.spec, false).and_then(|o| write_run(&runs.join(p.dir_name()), &p.spec, &o));
-                if let Err(e) = res {
-                    failed.lock().expect("no panics hold the lock").push((p.index, e));
+                match res {
+                    Err(_) if dsgd_runtime::cancel::requested() => {
+                        interrupted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => failed.lock().expect("no panics hold the lock").push((p.index, e)),
+                    Ok(_) => {
+                        done.fetch_add(1, Ordering::SeqCst);
+                        bar.inc(1);
+                    }
                 }
-                bar.inc(1);
             });
         }
     });
     bar.finish_and_clear();
     let mut failed = failed.into_inner().expect("threads joined");
     failed.sort();
-    Ok(SweepReport { ran: todo.len() - failed.len(), skipped, failed })
+    let interrupted = interrupted.into_inner();
+    let ran = done.into_inner();
+    Ok(SweepReport { ran, skipped, failed, interrupted })
 }
 
 /// A finished run read back from disk.

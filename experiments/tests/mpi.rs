@@ -9,7 +9,12 @@ fn specs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/real")
 }
 
+/// One `mpirun` at a time: the tests of this file run in parallel threads, and four ranks each
+/// on a 2-core machine would otherwise time one another's contention instead of the runtime.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn mpirun(dir: &Path, np: usize, args: &[&str]) -> Output {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     Command::new("mpirun")
         .current_dir(dir)
         .args(["--allow-run-as-root", "--oversubscribe", "-np", &np.to_string(), env!("CARGO_BIN_EXE_dsgd")])

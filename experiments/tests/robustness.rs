@@ -106,3 +106,85 @@ fn half_written_folders_of_dead_processes_are_removed_at_the_next_run() {
     assert!(text(&o).contains("left half written by a process (4294967295) that died"), "{}", text(&o));
     assert!(runs.join("x/summary.json").exists());
 }
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill runs").success();
+    assert!(ok, "kill {sig} failed");
+}
+
+#[test]
+fn an_interrupted_sweep_keeps_its_finished_runs_and_says_how_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    // Runs of about a tenth of a second each.
+    let sweep = r#"{
+      "base": {"workload": {"kind": "timing", "params": 1000000}, "compute": {"step_time_ms": 10},
+               "network": {"bandwidth_gbps": 100}, "stop": {"sim_time_s": 1000, "iterations": 40}, "eval": {"every_s": 100}},
+      "grid": {"nodes": [60, 64], "seed": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}
+    }"#;
+    std::fs::write(dir.path().join("sweep.json"), sweep).unwrap();
+    for sig in ["-INT", "-TERM"] {
+        let out = format!("s{sig}");
+        let child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+            .current_dir(dir.path())
+            .args(["sweep", "sweep.json", "--out", &out, "--jobs", "2", "--no-plots"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let runs = dir.path().join(&out).join("runs");
+        let finished = || {
+            std::fs::read_dir(&runs)
+                .map(|d| d.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
+                .unwrap_or(0)
+        };
+        let t0 = std::time::Instant::now();
+        while finished() < 2 && t0.elapsed().as_secs() < 120 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        signal(&child, sig);
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(130), "{sig}: {}", text(&o));
+        let msg = text(&o);
+        assert!(
+            msg.contains("interrupted:") && msg.contains(&format!("resume with: dsgd sweep sweep.json --out {out}")),
+            "{msg}"
+        );
+        let kept = finished();
+        assert!((2..20).contains(&kept), "{sig}: {kept} runs kept");
+        let partial: Vec<_> = std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(partial.is_empty(), "{sig}: unfinished runs left: {partial:?}");
+        let o = dsgd(dir.path(), &["sweep", "sweep.json", "--out", &out, "--no-plots"]);
+        assert!(
+            text(&o).contains(&format!("{} runs done now, {kept} already done earlier", 20 - kept)),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn an_interrupted_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A long run: a million simulated seconds of a 16-node ring.
+    let spec = r#"{"nodes": 16, "workload": {"kind": "quadratic", "dim": 10}, "compute": {"step_time_ms": 1},
+        "stop": {"sim_time_s": 1000000}, "eval": {"every_s": 1000}}"#;
+    std::fs::write(dir.path().join("s.json"), spec).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir.path())
+        .args(["run", "s.json", "--out", "r"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    signal(&child, "-INT");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(text(&o).contains("nothing was written"), "{}", text(&o));
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["s.json"]);
+}

@@ -1,6 +1,7 @@
 //! `dsgd-runtime`: the distributed-SGD algorithms, written once as sans-IO state machines
 //! ([`protocol`]), and the executor that drives them on the simulator ([`sim_exec`]).
 
+pub mod cancel;
 pub mod collectives;
 pub mod consensus;
 pub mod metrics;

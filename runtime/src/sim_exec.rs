@@ -390,9 +390,13 @@ impl<P: Protocol> SimExecutor<P> {
             stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
                 || stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
         };
-        let (mut instant, mut at_instant) = (SimTime::ZERO, 0u64);
+        let (mut instant, mut at_instant, mut handled) = (SimTime::ZERO, 0u64, 0u64);
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
+                handled += 1;
+                if handled & 0xFFF == 0 && crate::cancel::requested() {
+                    return Err(SimError::Interrupted { at: now });
+                }
                 if now == instant {
                     at_instant += 1;
                     if at_instant > dsgd_sim::STALL_EVENTS {

@@ -57,6 +57,12 @@ pub enum SimError {
         /// Events processed at it.
         events: u64,
     },
+    /// The run was asked to stop (an interrupt, or a time bound) before it finished.
+    #[error("the run was interrupted at simulated time {at}")]
+    Interrupted {
+        /// Simulated time when it stopped.
+        at: SimTime,
+    },
 }
 
 /// Events in a row at one instant after which a run is [`SimError::Stalled`]: far more than any
