@@ -131,6 +131,9 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
     let net = &spec.network;
     duration("network.latency_us", net.latency_us / 1e6, 0.0, "")?;
     gbps("network.bandwidth_gbps", net.bandwidth_gbps)?;
+    if let Some(rto) = net.rto_ms {
+        duration("network.rto_ms", rto / 1e3, 1e-3, "(1 ms)")?;
+    }
     for (&n, o) in &net.per_node {
         if let Some(l) = o.latency_us {
             duration(&format!("network.per_node.{n}.latency_us"), l / 1e6, 0.0, "")?;

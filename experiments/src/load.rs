@@ -215,8 +215,25 @@ pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<S
     spec_from_value(source_name, value)
 }
 
-/// Builds a validated spec from a JSON value.
+/// Builds a validated spec from a JSON value a user wrote: fields added since the first release
+/// get their default for new specs (`network.transport`: reliable).
 pub fn spec_from_value(source_name: &str, value: Value) -> Result<Spec, SpecError> {
+    let mut spec = recorded_spec(source_name, value)?;
+    if spec.network.transport.is_none() {
+        spec.network.transport = Some(crate::spec::TransportSpec::Reliable);
+    }
+    Ok(spec)
+}
+
+/// Reads the resolved `spec.json` of a run folder: a field it lacks means the behaviour it was
+/// recorded with (no `network.transport`: datagram).
+pub fn spec_from_record(source_name: &str, text: &str) -> Result<Spec, SpecError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| SpecError::new(source_name, format!("not valid JSON: {e}")))?;
+    recorded_spec(source_name, value)
+}
+
+fn recorded_spec(source_name: &str, value: Value) -> Result<Spec, SpecError> {
     let spec: Spec = deserialize_spec(value.clone()).map_err(|(path, inner)| {
         let path = refine(&value, path, &inner);
         if path == "." {

@@ -109,6 +109,15 @@ pub struct Summary {
     pub staleness_histogram: BTreeMap<u64, u64>,
     /// Fault counters.
     pub faults: FaultCounts,
+    /// Messages lost at random and sent again (reliable transport).
+    #[serde(default)]
+    pub retransmissions: u64,
+    /// Bytes those retransmissions sent again.
+    #[serde(default)]
+    pub bytes_retransmitted: u64,
+    /// Seconds the retransmitted messages waited for their timeouts, summed over messages.
+    #[serde(default)]
+    pub retransmission_wait_s: f64,
     /// What happened (crashes, restarts, timeouts, membership changes).
     pub events_log: Vec<Note>,
     /// Time breakdown per rank, seconds.
@@ -197,6 +206,9 @@ impl Summary {
                 lost_to_partitions: r.stats.lost_partition,
                 lost_at_random: r.stats.lost_random,
             },
+            retransmissions: r.stats.retransmissions,
+            bytes_retransmitted: r.stats.bytes_retransmitted,
+            retransmission_wait_s: r.stats.retransmission_wait.as_secs_f64(),
             events_log: r.metrics.notes.clone(),
             time_breakdown: r.times.clone(),
             nic_send_s: r

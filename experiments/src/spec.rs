@@ -313,7 +313,29 @@ pub struct NetworkSpec {
     pub topology: TopologySpec,
     /// `contention` (default) or `analytic`.
     pub mode: ModeSpec,
+    /// What a message lost at random costs: `reliable` (the default for specs: it is sent again
+    /// after `rto_ms`, doubling per loss) or `datagram` (lost is lost). A recorded `spec.json`
+    /// without the field was run before it existed, with datagram semantics, and replays so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<TransportSpec>,
+    /// The reliable transport's retransmission timeout, milliseconds (default 200, TCP's
+    /// minimum on Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rto_ms: Option<f64>,
 }
+
+/// What a message lost at random costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportSpec {
+    /// Sent again after a retransmission timeout: loss costs time, as on TCP.
+    Reliable,
+    /// Lost is lost.
+    Datagram,
+}
+
+/// The default retransmission timeout, milliseconds.
+pub const DEFAULT_RTO_MS: f64 = 200.0;
 
 impl Default for NetworkSpec {
     fn default() -> Self {
@@ -323,6 +345,8 @@ impl Default for NetworkSpec {
             per_node: BTreeMap::new(),
             topology: TopologySpec::Flat,
             mode: ModeSpec::Contention,
+            transport: None,
+            rto_ms: None,
         }
     }
 }
@@ -722,6 +746,12 @@ impl Spec {
         self.validate()?;
         let net = &self.network;
         let network = NetworkConfig {
+            transport: match net.transport {
+                Some(TransportSpec::Reliable) => dsgd_sim::Transport::Reliable {
+                    rto: SimDuration::from_secs_f64(net.rto_ms.unwrap_or(DEFAULT_RTO_MS) * 1e-3),
+                },
+                Some(TransportSpec::Datagram) | None => dsgd_sim::Transport::Datagram,
+            },
             latency: SimDuration::from_secs_f64(net.latency_us * 1e-6),
             bandwidth: Bandwidth::from_gbps(net.bandwidth_gbps),
             per_node: net

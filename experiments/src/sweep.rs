@@ -252,7 +252,7 @@ fn recorded_spec_hash(dir: &Path) -> Option<String> {
         Some(h) if !h.is_empty() => Some(h.to_string()),
         _ => {
             let spec = std::fs::read_to_string(dir.join("spec.json")).ok()?;
-            let spec = crate::load::spec_from_str("spec.json", &spec, &[]).ok()?;
+            let spec = crate::load::spec_from_record("spec.json", &spec).ok()?;
             Some(spec_hash(&spec))
         }
     }
@@ -347,7 +347,7 @@ pub struct RunRecord {
 /// Reads a run folder.
 pub fn read_run(dir: &Path) -> Result<RunRecord, String> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
-    let spec = crate::load::spec_from_str(&dir.join("spec.json").display().to_string(), &read("spec.json")?, &[])
+    let spec = crate::load::spec_from_record(&dir.join("spec.json").display().to_string(), &read("spec.json")?)
         .map_err(|e| e.to_string())?;
     let summary: Summary = serde_json::from_str(&read("summary.json")?)
         .map_err(|e| format!("{}: {e}", dir.join("summary.json").display()))?;

@@ -29,7 +29,8 @@ fn bases() -> Vec<Value> {
     let common = json!({"compute": {"step_time_ms": 10}, "stop": {"sim_time_s": 2}, "eval": {"every_s": 0.5}});
     let mut out = Vec::new();
     for extra in [
-        json!({"nodes": 4, "algorithm": {"kind": "sync", "collective": "ring", "timeout_s": 0.5}, "workload": {"kind": "quadratic", "dim": 20}}),
+        json!({"nodes": 4, "algorithm": {"kind": "sync", "collective": "ring", "timeout_s": 0.5}, "workload": {"kind": "quadratic", "dim": 20},
+               "network": {"transport": "datagram"}, "faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 0.05}]}),
         json!({"nodes": 5, "algorithm": {"kind": "sync", "collective": "tree", "backup_workers": 1}, "workload": {"kind": "timing", "params": 1000}}),
         json!({"nodes": 3, "algorithm": {"kind": "async_ps", "shards": 2, "staleness_bound": 3}, "workload": {"kind": "softmax", "classes": 3, "features": 4, "train": 200, "test": 50}}),
         json!({"nodes": 4, "algorithm": {"kind": "easgd", "tau": 2}, "workload": {"kind": "quadratic", "dim": 10, "wire_params": 100000},
@@ -38,6 +39,7 @@ fn bases() -> Vec<Value> {
                "compute": {"straggler": {"jitter": {"kind": "log_normal", "sigma": 0.3}}},
                "network": {"topology": {"kind": "racks", "rack_size": 3, "uplink_gbps": 5, "core_latency_us": 5}}}),
         json!({"nodes": 4, "algorithm": {"kind": "gossip", "mode": "pull"}, "workload": {"kind": "quadratic", "dim": 10},
+               "network": {"transport": "reliable", "rto_ms": 50},
                "faults": [{"kind": "partition", "from_s": 0.5, "until_s": 1.0, "groups": [[0, 1]]},
                           {"kind": "message_loss", "from_s": 0.2, "until_s": 0.8, "probability": 0.1}]}),
     ] {

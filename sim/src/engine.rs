@@ -124,6 +124,12 @@ pub struct SimStats {
     pub lost_random: u64,
     /// Timers and computations of crashed nodes that were discarded.
     pub discarded: u64,
+    /// Retransmissions of messages lost at random (reliable transport).
+    pub retransmissions: u64,
+    /// Bytes sent again by those retransmissions.
+    pub bytes_retransmitted: u64,
+    /// Time the retransmitted messages waited for their retransmission timeouts, summed.
+    pub retransmission_wait: SimDuration,
     /// Crashes that happened.
     pub crashes: u64,
     /// Restarts that happened.
@@ -138,6 +144,10 @@ struct Transit<M> {
     lost: bool,
     bytes: u64,
     sent_at: SimTime,
+    /// When the current attempt left (`sent_at` for the first; later for retransmissions).
+    attempt_at: SimTime,
+    /// Retransmissions so far.
+    attempt: u32,
     progress: Progress,
     payload: M,
 }
@@ -147,6 +157,7 @@ enum Ev<M> {
     Compute { node: u32, inc: u32, job: u64, started: SimTime },
     Hop(Transit<M>),
     Deliver(Transit<M>),
+    Resend(Transit<M>),
     Crash { node: u32, random: bool },
     Restart { node: u32, random: bool },
     Nic { node: u32, factor: f64 },
@@ -169,6 +180,7 @@ pub struct Sim<M> {
     partitions: Vec<PartitionWindow>,
     losses: Vec<LossWindow>,
     loss_rng: StreamRng,
+    transport: crate::net::Transport,
     random_failures: Option<(Exp<f64>, Exp<f64>)>,
     fault_rngs: Vec<StreamRng>,
     streams: Streams,
@@ -198,6 +210,7 @@ impl<M> Sim<M> {
             partitions: cfg.faults.partitions(n),
             losses: cfg.faults.losses(),
             loss_rng: streams.stream("net.loss", 0),
+            transport: cfg.network.transport,
             random_failures: None,
             fault_rngs: Vec::new(),
             streams,
@@ -322,7 +335,7 @@ impl<M> Sim<M> {
         let lost = self.draw_loss(now);
         self.stats.messages_sent += 1;
         self.stats.bytes_sent += bytes;
-        let mut tr = Transit {
+        let tr = Transit {
             from: from as u32,
             to: to as u32,
             src_inc: self.nodes[from].inc,
@@ -330,10 +343,17 @@ impl<M> Sim<M> {
             lost,
             bytes,
             sent_at: now,
+            attempt_at: now,
+            attempt: 0,
             progress: Progress { hop: 0, tail: now },
             payload,
         };
-        match self.net.begin(now, from, to, bytes) {
+        self.launch(now, tr)
+    }
+
+    /// Puts (an attempt of) a message on the wire at `now`.
+    fn launch(&mut self, now: SimTime, mut tr: Transit<M>) -> Result<()> {
+        match self.net.begin(now, tr.from as usize, tr.to as usize, tr.bytes) {
             Next::Hop(at, p) => {
                 tr.progress = p;
                 self.push(at, Ev::Hop(tr))?;
@@ -483,8 +503,19 @@ impl<M> Sim<M> {
                 }
                 None
             }
-            Ev::Deliver(tr) => {
+            Ev::Deliver(mut tr) => {
                 let (from, to) = (tr.from as usize, tr.to as usize);
+                if let (true, crate::net::Transport::Reliable { rto }) = (tr.lost, self.transport) {
+                    // The sender's timeout for this attempt: rto, doubled per earlier loss.
+                    let wait = rto.mul_f64(f64::from(1u32 << tr.attempt.min(6)));
+                    let at = (tr.attempt_at + wait).max(now);
+                    self.stats.retransmissions += 1;
+                    self.stats.retransmission_wait = self.stats.retransmission_wait + (at - tr.attempt_at);
+                    self.record(now, tr.attempt_at, EventKind::Retransmit, tr.to, tr.from, tr.bytes);
+                    tr.attempt += 1;
+                    self.push(at, Ev::Resend(tr)).expect("retransmissions move forward in time");
+                    return None;
+                }
                 let kind = if tr.lost {
                     self.stats.lost_random += 1;
                     EventKind::DropLoss
@@ -503,6 +534,19 @@ impl<M> Sim<M> {
                 }
                 self.stats.messages_delivered += 1;
                 Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
+            }
+            Ev::Resend(mut tr) => {
+                let from = tr.from as usize;
+                if !self.nodes[from].up || self.nodes[from].inc != tr.src_inc {
+                    self.stats.lost_crash += 1;
+                    self.record(now, tr.sent_at, EventKind::DropCrash, tr.to, tr.from, tr.bytes);
+                    return None;
+                }
+                tr.lost = self.draw_loss(now);
+                tr.attempt_at = now;
+                self.stats.bytes_retransmitted += tr.bytes;
+                self.launch(now, tr).expect("a retransmission starts now");
+                None
             }
             Ev::Crash { node, random } => {
                 let n = node as usize;

@@ -31,6 +31,8 @@ pub enum EventKind {
     NicChange = 10,
     /// An event of a crashed node (timer or computation) was discarded.
     Discard = 11,
+    /// A message lost at random will be sent again (reliable transport).
+    Retransmit = 12,
 }
 
 impl EventKind {
@@ -47,6 +49,7 @@ impl EventKind {
             EventKind::Restart => "restart",
             EventKind::NicChange => "nic change",
             EventKind::Discard => "discarded",
+            EventKind::Retransmit => "lost, to be sent again",
         }
     }
 }

@@ -42,6 +42,20 @@ pub enum NetMode {
     Analytic,
 }
 
+/// What happens to a message lost at random (`message_loss` faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Lost is lost: the receiver never sees it (UDP-like).
+    Datagram,
+    /// The sender sends it again `rto` after the lost attempt was sent, doubling the wait at each
+    /// further loss (at most 64 × `rto`), as TCP or RDMA reliable connections do: loss costs time
+    /// and bandwidth, not the message. Losses to partitions and crashes stay losses.
+    Reliable {
+        /// The retransmission timeout.
+        rto: SimDuration,
+    },
+}
+
 /// Per-node overrides of the NIC.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct NicOverride {
@@ -64,6 +78,8 @@ pub struct NetworkConfig {
     pub topology: Topology,
     /// The transfer model.
     pub mode: NetMode,
+    /// What happens to messages lost at random (default [`Transport::Datagram`]).
+    pub transport: Transport,
 }
 
 impl Default for NetworkConfig {
@@ -75,6 +91,7 @@ impl Default for NetworkConfig {
             per_node: BTreeMap::new(),
             topology: Topology::Flat,
             mode: NetMode::Contention,
+            transport: Transport::Datagram,
         }
     }
 }
