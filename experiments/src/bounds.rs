@@ -212,6 +212,31 @@ pub struct Estimate {
     pub ranks: usize,
     /// What drives it, most first: `(field, bytes)`.
     pub drivers: Vec<(String, f64)>,
+    /// Engine events, at most (gradients as if no worker ever waited, their messages' hops and
+    /// deliveries, evaluations).
+    pub events: f64,
+    /// Wall seconds for those events at 5 million a second (this engine's order of magnitude
+    /// with a protocol on top), not counting real gradients' computation.
+    pub wall_s: f64,
+}
+
+/// Messages a worker's gradient causes, on average, under `spec`'s algorithm.
+fn messages_per_gradient(spec: &Spec) -> f64 {
+    let n = spec.nodes as f64;
+    match &spec.algorithm {
+        AlgorithmConfig::Sync(c) if c.backup_workers > 0 => 2.0,
+        AlgorithmConfig::Sync(c) => match c.collective {
+            CollectiveKind::Ring => 2.0 * (n - 1.0),
+            CollectiveKind::Tree => 2.0,
+            CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
+            CollectiveKind::Analytic => n - 1.0,
+        },
+        // A pull request and reply per shard, and a push per shard.
+        AlgorithmConfig::AsyncPs(c) => 3.0 * c.shards as f64,
+        // A request and a reply (or a push and its acknowledgement) every tau steps.
+        AlgorithmConfig::Easgd(c) => 2.0 / c.tau as f64,
+        AlgorithmConfig::Gossip(c) => 2.0 / c.tau as f64,
+    }
 }
 
 /// Parameters of the arithmetic model of `w` (not counting `wire_params`).
@@ -281,7 +306,17 @@ pub fn estimate(spec: &Spec) -> Estimate {
     ];
     drivers.retain(|d| d.1 > 0.0);
     drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
-    Estimate { bytes: replicas + schedules + suspects + engine + data + 64e6, params, ranks, drivers }
+    let step_s = spec.compute.step_time_ms / 1e3;
+    let gradients = n * spec.stop.sim_time_s / step_s;
+    let events = gradients * (1.0 + 2.0 * messages_per_gradient(spec)) + spec.stop.sim_time_s / spec.eval.every_s;
+    Estimate {
+        bytes: replicas + schedules + suspects + engine + data + 64e6,
+        params,
+        ranks,
+        drivers,
+        events,
+        wall_s: events / 5e6,
+    }
 }
 
 /// Bytes of memory available to a new process (`MemAvailable`), where the system says.
@@ -340,6 +375,19 @@ mod tests {
         assert!((big.drivers[0].1 - 4000.0 * 7998.0 * 144.0).abs() < 1.0, "{:?}", big.drivers);
         let wide = estimate(&spec(r#"{"nodes": 4, "workload": {"kind": "quadratic", "dim": 100000000}}"#));
         assert_eq!(wide.drivers[0].1, 4.0 * 1e8 * 16.0);
+    }
+
+    #[test]
+    fn events_follow_the_algorithms_message_counts() {
+        // 8 workers, 10 s of 100 ms steps: 800 gradients; a ring sends 14 messages a gradient.
+        let ring = estimate(&spec(
+            r#"{"nodes": 8, "compute": {"step_time_ms": 100}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
+        ));
+        assert_eq!(ring.events, 800.0 * (1.0 + 2.0 * 14.0) + 10.0);
+        let gossip = estimate(&spec(
+            r#"{"nodes": 8, "algorithm": {"kind": "gossip"}, "compute": {"step_time_ms": 100}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
+        ));
+        assert_eq!(gossip.events, 800.0 * (1.0 + 2.0 * 2.0) + 10.0);
     }
 
     #[test]

@@ -344,6 +344,16 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
         for (what, bytes) in &est.drivers {
             out!("  {}: {what}", dsgd_experiments::bounds::human(*bytes));
         }
+        out!(
+            "at most about {:.2e} events, {:.1} s of wall time for them{}",
+            est.events,
+            est.wall_s,
+            if matches!(spec.workload, dsgd_experiments::spec::WorkloadSpec::Burn { .. }) {
+                ", plus the real gradients' computation"
+            } else {
+                ""
+            }
+        );
         if JSON.load(std::sync::atomic::Ordering::Relaxed) {
             let drivers: Vec<serde_json::Value> =
                 est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
@@ -351,7 +361,7 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
                 "kind": "spec",
                 "spec": resolved,
                 "estimate": {"bytes": est.bytes, "ranks": est.ranks, "params": est.params, "drivers": drivers,
-                             "available_bytes": avail},
+                             "available_bytes": avail, "events": est.events, "wall_s": est.wall_s},
             }));
         }
         return Ok(ExitCode::SUCCESS);

@@ -84,7 +84,10 @@ fn sync_under_five_percent_loss_reaches_its_target_later_by_what_the_retransmiss
         let waited = lossy.retransmission_wait_s;
         assert!(lossy.retransmissions > 20, "{nodes} nodes: {}", lossy.retransmissions);
         let ratio = slowdown / waited;
-        println!("{nodes} nodes: slowdown {slowdown:.3} s, waits {waited:.3} s, {} retransmissions", lossy.retransmissions);
+        println!(
+            "{nodes} nodes: slowdown {slowdown:.3} s, waits {waited:.3} s, {} retransmissions",
+            lossy.retransmissions
+        );
         assert!(
             (lowest..=1.0 + 1e-3).contains(&ratio),
             "{nodes} nodes: slowdown {slowdown} s for {waited} s of waits ({} retransmissions)",
