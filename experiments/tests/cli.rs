@@ -2,15 +2,10 @@
 //! resumed after a kill), the embedded default and its figures.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn dsgd(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod common;
+use common::{dsgd, text};
 
 fn specs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("specs")
@@ -170,13 +165,7 @@ fn a_sweep_gives_the_same_digests_with_one_or_two_jobs() {
 #[test]
 fn a_killed_sweep_resumes_without_rerunning_or_corrupting() {
     let dir = tempfile::tempdir().unwrap();
-    // Runs of about a tenth of a second each: 100-node ring all-reduce of a timing workload.
-    let sweep = r#"{
-      "base": {"workload": {"kind": "timing", "params": 1000000}, "compute": {"step_time_ms": 10},
-               "network": {"bandwidth_gbps": 100}, "stop": {"sim_time_s": 1000, "iterations": 40}, "eval": {"every_s": 100}},
-      "grid": {"nodes": [60, 64], "seed": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}
-    }"#;
-    std::fs::write(dir.path().join("sweep.json"), sweep).unwrap();
+    std::fs::write(dir.path().join("sweep.json"), common::SLOW_SWEEP).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
         .current_dir(dir.path())
         .args(["sweep", "sweep.json", "--out", "s", "--jobs", "1", "--no-plots"])
@@ -185,18 +174,10 @@ fn a_killed_sweep_resumes_without_rerunning_or_corrupting() {
         .spawn()
         .unwrap();
     let runs = dir.path().join("s/runs");
-    let finished = || {
-        std::fs::read_dir(&runs)
-            .map(|d| d.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
-            .unwrap_or(0)
-    };
-    let t0 = std::time::Instant::now();
-    while finished() < 3 && t0.elapsed().as_secs() < 120 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    common::wait_for_runs(&runs, 3);
     child.kill().unwrap();
     child.wait().unwrap();
-    let before = finished();
+    let before = common::finished_runs(&runs);
     assert!((3..20).contains(&before), "killed after {before} runs: make the runs longer");
     let o = dsgd(dir.path(), &["sweep", "sweep.json", "--out", "s", "--jobs", "2", "--no-plots"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -206,11 +187,7 @@ fn a_killed_sweep_resumes_without_rerunning_or_corrupting() {
         text(&o)
     );
     assert_eq!(digests(&dir.path().join("s")).len(), 20);
-    let leftovers: Vec<_> = std::fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-        .collect();
+    let leftovers = common::partial_runs(&runs);
     assert!(leftovers.is_empty(), "partial folders left: {leftovers:?}");
     let r = dsgd(dir.path(), &["replay", "s"]);
     assert!(r.status.success(), "{}", text(&r));

@@ -1,16 +1,10 @@
 //! The command line for scripts: `dsgd check`, `--json`, `dsgd diff`, exit codes, and flags that
 //! would do nothing are refused.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn dsgd(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod common;
+use common::{dsgd, text};
 
 /// Stdout as one JSON document (nothing else may be on it).
 fn stdout_json(o: &Output) -> serde_json::Value {

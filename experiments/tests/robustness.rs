@@ -1,16 +1,10 @@
 //! Every spec either runs or is refused clearly: the specs that used to panic, hang, wrap or
 //! escape their folder are refused with the exact field, and nothing is written.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn dsgd(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir).args(args).output().expect("dsgd runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod common;
+use common::{dsgd, text};
 
 /// (spec, the field the error must name)
 const REFUSED: &[(&str, &str)] = &[
@@ -115,13 +109,7 @@ fn signal(child: &std::process::Child, sig: &str) {
 #[test]
 fn an_interrupted_sweep_keeps_its_finished_runs_and_says_how_to_resume() {
     let dir = tempfile::tempdir().unwrap();
-    // Runs of about a tenth of a second each.
-    let sweep = r#"{
-      "base": {"workload": {"kind": "timing", "params": 1000000}, "compute": {"step_time_ms": 10},
-               "network": {"bandwidth_gbps": 100}, "stop": {"sim_time_s": 1000, "iterations": 40}, "eval": {"every_s": 100}},
-      "grid": {"nodes": [60, 64], "seed": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}
-    }"#;
-    std::fs::write(dir.path().join("sweep.json"), sweep).unwrap();
+    std::fs::write(dir.path().join("sweep.json"), common::SLOW_SWEEP).unwrap();
     for sig in ["-INT", "-TERM"] {
         let out = format!("s{sig}");
         let child = Command::new(env!("CARGO_BIN_EXE_dsgd"))
@@ -132,15 +120,7 @@ fn an_interrupted_sweep_keeps_its_finished_runs_and_says_how_to_resume() {
             .spawn()
             .unwrap();
         let runs = dir.path().join(&out).join("runs");
-        let finished = || {
-            std::fs::read_dir(&runs)
-                .map(|d| d.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
-                .unwrap_or(0)
-        };
-        let t0 = std::time::Instant::now();
-        while finished() < 2 && t0.elapsed().as_secs() < 120 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        common::wait_for_runs(&runs, 2);
         signal(&child, sig);
         let o = child.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(130), "{sig}: {}", text(&o));
@@ -149,13 +129,9 @@ fn an_interrupted_sweep_keeps_its_finished_runs_and_says_how_to_resume() {
             msg.contains("interrupted:") && msg.contains(&format!("resume with: dsgd sweep sweep.json --out {out}")),
             "{msg}"
         );
-        let kept = finished();
+        let kept = common::finished_runs(&runs);
         assert!((2..20).contains(&kept), "{sig}: {kept} runs kept");
-        let partial: Vec<_> = std::fs::read_dir(&runs)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-            .collect();
+        let partial = common::partial_runs(&runs);
         assert!(partial.is_empty(), "{sig}: unfinished runs left: {partial:?}");
         let o = dsgd(dir.path(), &["sweep", "sweep.json", "--out", &out, "--no-plots"]);
         assert!(
