@@ -5,7 +5,7 @@
 //! The hard limits ([`check`]) are part of validation: a spec beyond them is refused with its
 //! field, whatever the machine. The memory estimate ([`estimate`]) counts the replicas' and
 //! servers' parameter vectors (with the optimizer's and the messages' copies), per-member
-//! collective schedules, gossip suspect tables, the engine's per-node state and the data set;
+//! collective schedules, the engine's per-node state and the data set;
 //! `dsgd check` prints it, and `dsgd run`/`sweep` refuse a spec whose estimate exceeds 90% of the
 //! memory available (`MemAvailable`) unless given `--force`.
 
@@ -291,16 +291,11 @@ pub fn estimate(spec: &Spec) -> Estimate {
         }
         _ => 0.0,
     };
-    let suspects = match &spec.algorithm {
-        AlgorithmConfig::Gossip(_) => n * n * 8.0,
-        _ => 0.0,
-    };
     let engine = ranks as f64 * 2048.0;
     let data = dataset_bytes(&spec.workload);
     let mut drivers = vec![
         (format!("nodes ({}) × the model's parameters ({params:.0})", spec.nodes), replicas),
         (format!("nodes ({}): per-member collective schedules (algorithm.collective)", spec.nodes), schedules),
-        (format!("nodes ({}): gossip suspect tables", spec.nodes), suspects),
         (format!("nodes ({}): the engine's per-node state", spec.nodes), engine),
         ("the workload's data set".to_string(), data),
     ];
@@ -310,7 +305,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
     let gradients = n * spec.stop.sim_time_s / step_s;
     let events = gradients * (1.0 + 2.0 * messages_per_gradient(spec)) + spec.stop.sim_time_s / spec.eval.every_s;
     Estimate {
-        bytes: replicas + schedules + suspects + engine + data + 64e6,
+        bytes: replicas + schedules + engine + data + 64e6,
         params,
         ranks,
         drivers,

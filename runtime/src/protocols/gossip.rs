@@ -121,7 +121,8 @@ pub struct GossipNode {
     exchanges: u64,
     job: Option<JobId>,
     outstanding: Option<usize>,
-    suspect_until: Vec<SimTime>,
+    /// Peers suspected until a time (sparse: only peers that timed out recently).
+    suspect_until: BTreeMap<usize, SimTime>,
     gen: u64,
     restarted: bool,
     recovering: bool,
@@ -144,7 +145,7 @@ impl GossipNode {
             exchanges: 0,
             job: None,
             outstanding: None,
-            suspect_until: Vec::new(),
+            suspect_until: BTreeMap::new(),
             gen: 0,
             restarted: false,
             recovering: false,
@@ -182,8 +183,19 @@ impl GossipNode {
         if n < 2 {
             return None;
         }
-        let ok = |p: &usize| self.suspect_until[*p] <= now;
+        self.suspect_until.retain(|_, until| *until > now);
+        let ok = |p: &usize| !self.suspect_until.contains_key(p);
         let peer = match self.cfg.peers {
+            // Without suspects, "the k-th of the others" is computed in O(1): the same draw and
+            // the same peer as picking from the list of all others, without building it.
+            PeerChoice::Uniform if self.suspect_until.is_empty() => {
+                let k = (ctx.random() % (n - 1) as u64) as usize;
+                if k >= me {
+                    k + 1
+                } else {
+                    k
+                }
+            }
             PeerChoice::Uniform => {
                 let candidates: Vec<usize> = (0..n).filter(|&p| p != me).filter(ok).collect();
                 let pool: Vec<usize> =
@@ -248,7 +260,7 @@ impl Protocol for GossipNode {
 
     fn on_start(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         let init = ctx.workload().init();
-        self.suspect_until = vec![SimTime::ZERO; ctx.ranks()];
+        self.suspect_until = BTreeMap::new();
         self.opt = Sgd::new(self.opt_cfg, init.len(), 1);
         let restarted = std::mem::take(&mut self.restarted);
         if self.push() {
@@ -307,7 +319,7 @@ impl Protocol for GossipNode {
         if tag & 0xff == PUSH_TIMEOUT {
             if let Some((peer, x, w)) = self.unacked.remove(&(tag >> 8)) {
                 ctx.note(format!("push to peer {peer} not acknowledged; taking its mass back"));
-                self.suspect_until[peer] = ctx.now() + self.timeout().mul_f64(4.0);
+                self.suspect_until.insert(peer, ctx.now() + self.timeout().mul_f64(4.0));
                 let idle = self.w <= 0 && self.job.is_none();
                 self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a = a.saturating_add(*b));
                 self.w += w;
@@ -322,7 +334,7 @@ impl Protocol for GossipNode {
         }
         if let Some(peer) = self.outstanding.take() {
             ctx.note(format!("peer {peer} did not answer; skipping it for a while"));
-            self.suspect_until[peer] = ctx.now() + self.timeout().mul_f64(4.0);
+            self.suspect_until.insert(peer, ctx.now() + self.timeout().mul_f64(4.0));
             if self.recovering {
                 self.gossip(ctx);
             }
