@@ -281,7 +281,8 @@ pub fn estimate(spec: &Spec) -> Estimate {
     let schedules = match &spec.algorithm {
         AlgorithmConfig::Sync(c) if c.backup_workers == 0 => {
             let steps = match c.collective {
-                CollectiveKind::Ring => 2.0 * (n - 1.0),
+                // Computed on demand, one step at a time.
+                CollectiveKind::Ring => 0.0,
                 CollectiveKind::Tree => 2.0 * n.log2().ceil(),
                 CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
                 CollectiveKind::Analytic => 0.0,
@@ -366,8 +367,11 @@ mod tests {
         let small = estimate(&spec(r#"{"nodes": 4, "workload": {"kind": "quadratic", "dim": 1000}}"#));
         let big = estimate(&spec(r#"{"nodes": 4000, "workload": {"kind": "quadratic", "dim": 1000}}"#));
         assert!(big.bytes > 100.0 * (small.bytes - 64e6), "{big:?} vs {small:?}");
-        // 4,000 ranks × 1,000 parameters × 16 bytes, plus the ring's 4,000 × 7,998 steps.
-        assert!((big.drivers[0].1 - 4000.0 * 7998.0 * 144.0).abs() < 1.0, "{:?}", big.drivers);
+        // 4,000 ranks × 1,000 parameters × 16 bytes; the ring's steps are computed on demand.
+        assert_eq!(big.drivers[0].1, 4000.0 * 1000.0 * 16.0, "{:?}", big.drivers);
+        // A tree keeps its 2·ceil(log2 n) steps per member.
+        let tree = estimate(&spec(r#"{"nodes": 4096, "algorithm": {"kind": "sync", "collective": "tree"}}"#));
+        assert!(tree.drivers.iter().any(|d| d.1 == 4096.0 * 24.0 * 144.0), "{:?}", tree.drivers);
         let wide = estimate(&spec(r#"{"nodes": 4, "workload": {"kind": "quadratic", "dim": 100000000}}"#));
         assert_eq!(wide.drivers[0].1, 4.0 * 1e8 * 16.0);
     }

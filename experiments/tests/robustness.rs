@@ -66,8 +66,12 @@ fn a_timing_workload_with_several_shards_runs() {
 #[test]
 fn a_spec_too_large_for_this_machine_is_refused_with_its_estimate() {
     let dir = tempfile::tempdir().unwrap();
-    // 100,000-member rings keep 2(n-1) schedule steps per member: terabytes.
-    std::fs::write(dir.path().join("s.json"), r#"{"nodes": 100000}"#).unwrap();
+    // 100,000 replicas of a million parameters: terabytes.
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"nodes": 100000, "workload": {"kind": "quadratic", "dim": 1000000}}"#,
+    )
+    .unwrap();
     let o = dsgd(dir.path(), &["run", "s.json", "--out", "r"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let msg = text(&o);

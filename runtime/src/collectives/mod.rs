@@ -61,6 +61,64 @@ pub fn schedule(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Vec<St
     }
 }
 
+/// A member's steps: listed (tree and halving-doubling take O(log p) of them), or, for the
+/// ring's 2(p-1), computed on demand so that no member holds its whole schedule.
+#[derive(Clone, Debug)]
+pub enum Schedule {
+    /// The steps, in order.
+    Listed(Arc<[Step]>),
+    /// Member `me` of a ring of `p` over a nominal vector of `dim` elements.
+    Ring {
+        /// Members.
+        p: usize,
+        /// This member.
+        me: usize,
+        /// Nominal vector length.
+        dim: usize,
+    },
+}
+
+impl Schedule {
+    /// Member `me` of `p`'s schedule for a `dim`-element all-reduce.
+    pub fn new(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Self {
+        match kind {
+            CollectiveKind::Ring => Schedule::Ring { p, me, dim },
+            _ => Schedule::Listed(schedule(kind, p, me, dim).into()),
+        }
+    }
+    /// Steps in all.
+    pub fn len(&self) -> usize {
+        match self {
+            Schedule::Listed(s) => s.len(),
+            Schedule::Ring { p, .. } => ring::steps(*p),
+        }
+    }
+    /// True if there are no steps (a single member).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Step `k`, if there is one.
+    pub fn get(&self, k: usize) -> Option<Step> {
+        match self {
+            Schedule::Listed(s) => s.get(k).cloned(),
+            Schedule::Ring { p, me, dim } => (k < ring::steps(*p)).then(|| ring::step(*p, *me, *dim, k)),
+        }
+    }
+    /// Rounds in all (one more than the last step's round).
+    pub fn rounds(&self) -> usize {
+        match self {
+            Schedule::Listed(s) => s.iter().map(|s| s.round as usize + 1).max().unwrap_or(0),
+            Schedule::Ring { p, .. } => ring::steps(*p),
+        }
+    }
+}
+
+impl From<Vec<Step>> for Schedule {
+    fn from(steps: Vec<Step>) -> Self {
+        Schedule::Listed(steps.into())
+    }
+}
+
 /// Elements on the wire of a workload's full vector (its message size in 4-byte words).
 pub fn wire_params(w: &dyn dsgd_models::Workload) -> usize {
     ((w.message_bytes() / 4) as usize).max(1)
@@ -92,14 +150,16 @@ pub struct Outgoing {
 /// One member's execution of a collective.
 #[derive(Clone, Debug)]
 pub struct Run {
-    steps: Arc<[Step]>,
+    steps: Schedule,
+    /// Rounds of the schedule (data for a later round is stale and dropped).
+    rounds: usize,
     /// Length of the nominal vector the schedule's ranges refer to.
     wire: usize,
     pos: usize,
     sent: bool,
     buf: Vec<f32>,
-    /// Data of rounds not yet consumed, indexed by round.
-    early: Vec<Option<Vec<f32>>>,
+    /// Data of rounds that arrived before this member reached them.
+    early: std::collections::BTreeMap<u32, Vec<f32>>,
 }
 
 impl Run {
@@ -107,9 +167,9 @@ impl Run {
     /// `buf` (this member's contribution; empty for timing-only workloads). The steps' ranges
     /// refer to a nominal vector of `wire` elements (which sets message sizes); they are mapped
     /// proportionally onto `buf`, so a small vector can stand in for a large model's.
-    pub fn new(steps: Arc<[Step]>, buf: Vec<f32>, wire: usize) -> Self {
-        let rounds = steps.iter().map(|s| s.round as usize + 1).max().unwrap_or(0);
-        Run { steps, wire: wire.max(1), pos: 0, sent: false, buf, early: vec![None; rounds] }
+    pub fn new(steps: Schedule, buf: Vec<f32>, wire: usize) -> Self {
+        let rounds = steps.rounds();
+        Run { steps, rounds, wire: wire.max(1), pos: 0, sent: false, buf, early: Default::default() }
     }
 
     /// The slice of the buffer that nominal `range` stands for.
@@ -120,8 +180,8 @@ impl Run {
     }
     /// Hands in the data of a round (possibly before this member reaches it).
     pub fn deliver(&mut self, round: u32, data: Vec<f32>) {
-        if let Some(slot) = self.early.get_mut(round as usize) {
-            *slot = Some(data);
+        if (round as usize) < self.rounds {
+            self.early.insert(round, data);
         }
     }
     /// Advances as far as possible, appending messages to send; true when finished.
@@ -135,7 +195,7 @@ impl Run {
                 self.sent = true;
             }
             if let Some((_, range, op)) = &step.recv {
-                let Some(data) = self.early[step.round as usize].take() else { return false };
+                let Some(data) = self.early.remove(&step.round) else { return false };
                 if !self.buf.is_empty() {
                     let r = self.map(range);
                     let dst = &mut self.buf[r];
@@ -171,7 +231,7 @@ mod tests {
         let inputs: Vec<Vec<f32>> =
             (0..p).map(|m| (0..dim).map(|i| ((m * 31 + i * 7) % 13) as f32).collect()).collect();
         let mut runs: Vec<Run> =
-            (0..p).map(|m| Run::new(schedule(kind, p, m, wire).into(), inputs[m].clone(), wire)).collect();
+            (0..p).map(|m| Run::new(Schedule::new(kind, p, m, wire), inputs[m].clone(), wire)).collect();
         let mut done = vec![false; p];
         let mut messages = 0;
         let mut queue: std::collections::VecDeque<Outgoing> = Default::default();
@@ -212,6 +272,44 @@ mod tests {
         for kind in [CollectiveKind::Ring, CollectiveKind::Tree, CollectiveKind::HalvingDoubling] {
             for p in [2, 5, 8, 13] {
                 simulate_wire(kind, p, 7, 1_000_000);
+            }
+        }
+    }
+
+    /// The ring's schedule as it was listed before steps were computed on demand.
+    fn listed_ring(p: usize, me: usize, dim: usize) -> Vec<Step> {
+        if p < 2 {
+            return Vec::new();
+        }
+        let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+        let at = |k: isize| chunk(dim, p, k.rem_euclid(p as isize) as usize);
+        let i = me as isize;
+        let mut steps = Vec::new();
+        for s in 0..p as isize - 1 {
+            steps.push(Step {
+                round: s as u32,
+                send: Some((next, at(i - s))),
+                recv: Some((prev, at(i - s - 1), Op::Add)),
+            });
+        }
+        for s in 0..p as isize - 1 {
+            let round = (p as isize - 1 + s) as u32;
+            steps.push(Step { round, send: Some((next, at(i + 1 - s))), recv: Some((prev, at(i - s), Op::Copy)) });
+        }
+        steps
+    }
+
+    #[test]
+    fn the_ring_computed_on_demand_is_the_listed_ring() {
+        for p in 1..=40 {
+            for me in 0..p {
+                for dim in [1, 7, 1000, 11_689_512] {
+                    let s = Schedule::new(CollectiveKind::Ring, p, me, dim);
+                    let on_demand: Vec<Step> = (0..s.len()).map(|k| s.get(k).unwrap()).collect();
+                    assert_eq!(on_demand, listed_ring(p, me, dim), "p={p} me={me} dim={dim}");
+                    assert_eq!(s.get(s.len()), None);
+                    assert_eq!(s.rounds(), s.len());
+                }
             }
         }
     }

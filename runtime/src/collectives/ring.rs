@@ -5,22 +5,25 @@ use super::{chunk, Op, Step};
 
 /// Member `me`'s steps.
 pub fn schedule(p: usize, me: usize, dim: usize) -> Vec<Step> {
-    if p < 2 {
-        return Vec::new();
-    }
+    (0..steps(p)).map(|k| step(p, me, dim, k)).collect()
+}
+
+/// How many steps a member of a ring of `p` takes: 2(p-1).
+pub fn steps(p: usize) -> usize {
+    2 * p.saturating_sub(1)
+}
+
+/// Member `me`'s step `k` (of [`steps`]), computed on demand: a member never needs its whole
+/// schedule at once, so a ring of p members holds O(p), not O(p²), steps.
+pub fn step(p: usize, me: usize, dim: usize, k: usize) -> Step {
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     let at = |k: isize| chunk(dim, p, k.rem_euclid(p as isize) as usize);
-    let i = me as isize;
-    let mut steps = Vec::with_capacity(2 * (p - 1));
-    for s in 0..p as isize - 1 {
-        steps.push(Step { round: s as u32, send: Some((next, at(i - s))), recv: Some((prev, at(i - s - 1), Op::Add)) });
+    let (i, half) = (me as isize, p - 1);
+    if k < half {
+        let s = k as isize;
+        Step { round: k as u32, send: Some((next, at(i - s))), recv: Some((prev, at(i - s - 1), Op::Add)) }
+    } else {
+        let s = (k - half) as isize;
+        Step { round: k as u32, send: Some((next, at(i + 1 - s))), recv: Some((prev, at(i - s), Op::Copy)) }
     }
-    for s in 0..p as isize - 1 {
-        steps.push(Step {
-            round: (p as isize - 1 + s) as u32,
-            send: Some((next, at(i + 1 - s))),
-            recv: Some((prev, at(i - s), Op::Copy)),
-        });
-    }
-    steps
 }

@@ -16,13 +16,12 @@
 //! `Join`, which triggers a probe that takes it back in with the current parameters. Messages of
 //! older epochs are ignored, so no round of a dead membership can be confused with a live one.
 
-use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run, Step};
+use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run, Schedule};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Configuration of synchronous SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -153,7 +152,7 @@ pub struct SyncWorker {
     gen: u64,
     watchdog_armed: bool,
     progress: SimTime,
-    schedule: Option<(u64, Arc<[Step]>)>,
+    schedule: Option<(u64, Schedule)>,
     probing: Option<Probing>,
     awaiting_state: bool,
     pending_state: Option<Box<StateMsg>>,
@@ -287,8 +286,7 @@ impl SyncWorker {
         let steps = match &self.schedule {
             Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
-                let steps: Arc<[Step]> =
-                    collectives::schedule(self.cfg.collective, self.members.len(), me, wire).into();
+                let steps = Schedule::new(self.cfg.collective, self.members.len(), me, wire);
                 self.schedule = Some((self.view, steps.clone()));
                 steps
             }
