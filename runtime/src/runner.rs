@@ -179,7 +179,8 @@ pub fn with_roles<D: Drive>(
             if c.collective == CollectiveKind::Analytic && c.cost.is_none() {
                 c.cost = Some(CostModel { latency: cost.0, bandwidth: cost.1, gamma_ns_per_byte: 0.0 });
             }
-            let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::new(c, batch, opt, workers)).collect();
+            let all = SyncWorker::initial(workers);
+            let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();
             d.drive(roles)
         }
         AlgorithmConfig::AsyncPs(c) => {

@@ -22,6 +22,7 @@ use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Configuration of synchronous SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -138,7 +139,9 @@ pub struct SyncWorker {
     opt_cfg: OptimizerConfig,
     params: Vec<f32>,
     opt: Sgd,
-    members: Vec<usize>,
+    /// The current membership: at the start one list shared by every worker, so n workers hold
+    /// one n-long list, not n of them.
+    members: Arc<[usize]>,
     epoch: u32,
     view: u64,
     done: u64,
@@ -163,15 +166,29 @@ pub struct SyncWorker {
 impl SyncWorker {
     /// A worker; `ranks` is the number of workers.
     pub fn new(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, ranks: usize) -> Self {
+        Self::with_members(cfg, batch, opt, &Self::initial(ranks))
+    }
+
+    /// The initial membership of `ranks` workers (all of them) and its view id, to share.
+    pub fn initial(ranks: usize) -> (Arc<[usize]>, u64) {
+        let members: Arc<[usize]> = (0..ranks).collect();
+        let view = view_id(0, &members);
+        (members, view)
+    }
+
+    /// A worker of the initial membership `(members, view)` from [`SyncWorker::initial`], shared
+    /// by all workers.
+    pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &(Arc<[usize]>, u64)) -> Self {
+        let (members, view) = initial.clone();
         SyncWorker {
             cfg,
             batch,
             opt_cfg: opt,
             params: Vec::new(),
-            opt: Sgd::new(opt, 0, ranks),
-            members: (0..ranks).collect(),
+            opt: Sgd::new(opt, 0, members.len()),
+            members,
             epoch: 0,
-            view: view_id(0, &(0..ranks).collect::<Vec<_>>()),
+            view,
             done: 0,
             grad: None,
             job: None,
@@ -388,7 +405,7 @@ impl SyncWorker {
         self.gen += 1;
         let rank = ctx.rank();
         self.epoch = p.epoch;
-        self.members = p.responders.keys().copied().collect();
+        self.members = p.responders.keys().copied().collect::<Vec<_>>().into();
         self.view = view_id(self.epoch, &self.members);
         self.chunks.retain(|k, _| k.0 >= self.view);
         self.grads.retain(|k, _| k.0 >= self.view);
@@ -474,7 +491,7 @@ impl Protocol for SyncWorker {
             self.restarted = false;
             self.awaiting_state = true;
             self.joining = 1;
-            self.members = vec![ctx.rank()];
+            self.members = vec![ctx.rank()].into();
             self.ask_to_join(ctx);
             return;
         }
