@@ -522,7 +522,7 @@ impl<M> Sim<M> {
                 } else if !self.nodes[to].up || self.nodes[to].inc != tr.dst_inc || self.nodes[from].inc != tr.src_inc {
                     self.stats.lost_crash += 1;
                     EventKind::DropCrash
-                } else if self.partitions.iter().any(|p| p.cuts(from, to, tr.sent_at, now)) {
+                } else if self.partitions.iter().any(|p| p.cuts(from, to, tr.attempt_at, now)) {
                     self.stats.lost_partition += 1;
                     EventKind::DropPartition
                 } else {
