@@ -577,10 +577,6 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
     }
     metrics.notes.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.rank.cmp(&b.rank)));
     let evals = reports.iter().map(|r| r.snapshots.len()).min().unwrap_or(0);
-    let reached = |s: &Sample| {
-        train.stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
-            || train.stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
-    };
     let mut time_to_target = None;
     for k in 0..evals {
         let views = reports.iter().map(|r| r.snapshots[k].3.view());
@@ -595,7 +591,7 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
             updates: reports.iter().map(|r| r.snapshots[k].1).sum(),
             live: reports.iter().filter(|r| r.snapshots[k].2).count(),
         };
-        if time_to_target.is_none() && reached(&sample) {
+        if time_to_target.is_none() && train.stop.target_met(&sample) {
             time_to_target = Some(sample.time_s);
         }
         metrics.samples.push(sample);
@@ -612,7 +608,7 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
         updates: metrics.updates,
         live: reports.iter().filter(|r| r.up).count(),
     });
-    if time_to_target.is_none() && metrics.samples.last().is_some_and(reached) {
+    if time_to_target.is_none() && metrics.samples.last().is_some_and(|s| train.stop.target_met(s)) {
         time_to_target = Some(end_s);
     }
     let final_params = c.model.unwrap_or_default();

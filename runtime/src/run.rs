@@ -19,6 +19,14 @@ pub struct StopRule {
     pub target_accuracy: Option<f64>,
 }
 
+impl StopRule {
+    /// True if evaluation `s` meets the target (an evaluation without a model never does).
+    pub fn target_met(&self, s: &crate::metrics::Sample) -> bool {
+        self.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
+            || self.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
+    }
+}
+
 impl Default for StopRule {
     fn default() -> Self {
         StopRule { sim_time_s: 60.0, iterations: None, updates: None, target_loss: None, target_accuracy: None }

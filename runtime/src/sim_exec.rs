@@ -386,10 +386,6 @@ impl<P: Protocol> SimExecutor<P> {
         }
         let mut next_eval = SimTime::ZERO;
         let mut time_to_target = None;
-        let reached = |s: &Sample| {
-            stop.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
-                || stop.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
-        };
         let (mut instant, mut at_instant, mut handled) = (SimTime::ZERO, 0u64, 0u64);
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
@@ -426,7 +422,7 @@ impl<P: Protocol> SimExecutor<P> {
             }
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
             let (sample, _) = self.evaluate(self.train.eval_per_node);
-            let hit = reached(&sample);
+            let hit = stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {
                 time_to_target = Some(next_eval.as_secs_f64());
