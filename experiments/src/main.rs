@@ -13,13 +13,18 @@ use std::process::ExitCode;
 /// Set by `--json`: human-readable lines are not printed, so stdout holds one JSON document.
 static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// True when `--json` asked for one JSON document on stdout.
+fn json_mode() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Prints a line to stdout (unless `--json` asked for JSON only); a closed pipe (`dsgd ... |
 /// head`) is not an error worth a panic, and the work goes on (output files are written
 /// regardless).
 macro_rules! out {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        if !JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        if !json_mode() {
             let _ = writeln!(std::io::stdout(), $($t)*);
         }
     }};
@@ -308,7 +313,7 @@ fn run_one(path: &Path, out: Option<PathBuf>, sets: &[String], trace: bool, forc
         if outcome.result.recording.is_some() { ",gradient_times.csv" } else { "" },
         if trace { ",trace.json" } else { "" }
     );
-    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+    if json_mode() {
         let mut v = serde_json::to_value(s).expect("serialises");
         v["dir"] = dir.display().to_string().into();
         print_json(&v);
@@ -354,7 +359,7 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
                 ""
             }
         );
-        if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        if json_mode() {
             let drivers: Vec<serde_json::Value> =
                 est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
             print_json(&serde_json::json!({
@@ -385,7 +390,7 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
     if points.len() > 5 {
         out!("  ... ({} more)", points.len() - 5);
     }
-    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+    if json_mode() {
         let pts: Vec<serde_json::Value> = points
             .iter()
             .map(|p| {
@@ -401,7 +406,7 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
 fn diff(a: &Path, b: &Path) -> Result<ExitCode, String> {
     let d = dsgd_experiments::diff::diff_runs(a, b)?;
     out!("{}", dsgd_experiments::diff::text(&d).trim_end());
-    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+    if json_mode() {
         print_json(&serde_json::json!({"identical": d.is_empty(), "spec": d.spec, "summary": d.summary}));
     }
     Ok(if d.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -436,7 +441,7 @@ fn finish_sweep(out: &Path, draw: bool) -> Result<Vec<RunRecord>, String> {
 
 /// The `--json` document of a finished sweep.
 fn sweep_json(out: &Path, r: &sweep::SweepReport, runs: &[RunRecord]) {
-    if !JSON.load(std::sync::atomic::Ordering::Relaxed) {
+    if !json_mode() {
         return;
     }
     let rows = analysis::aggregate(runs);
@@ -499,7 +504,7 @@ fn run_sweep(
     if let Some(code) = mpi_cmd::sweep(&spec, &points, out, jobs, draw, rerun_changed)? {
         return Ok(code);
     }
-    let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let progress = !json_mode();
     let report = sweep::run(&spec, &points, out, jobs, progress, rerun_changed)?;
     let resume = format!("dsgd sweep {} --out {}", path.display(), out.display());
     if let Some(code) = interrupted(&report, points.len(), &resume) {
@@ -525,7 +530,7 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
         points.len(),
         out.display()
     );
-    let progress = !JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let progress = !json_mode();
     let report = sweep::run(&sweep_spec, &points, &out, jobs, progress, false)?;
     if let Some(code) = interrupted(&report, points.len(), &format!("dsgd run --out {}", out.display())) {
         return Ok(code);
@@ -633,7 +638,7 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
         }
     }
     out!("{} of {} runs replayed identically", runs.len() - bad, runs.len());
-    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+    if json_mode() {
         print_json(&serde_json::json!({"identical": runs.len() - bad, "runs": runs.len(), "verdicts": verdicts}));
     }
     Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
