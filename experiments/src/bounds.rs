@@ -220,6 +220,16 @@ pub struct Estimate {
     pub wall_s: f64,
 }
 
+/// Group size and number of groups of the hierarchical collectives under `spec`.
+fn groups(spec: &Spec, c: &dsgd_runtime::protocols::sync::SyncConfig) -> (f64, f64) {
+    let rack = match spec.network.topology {
+        crate::spec::TopologySpec::Racks { rack_size, .. } => Some(rack_size),
+        crate::spec::TopologySpec::Flat => None,
+    };
+    let g = c.group_size.or(rack).unwrap_or(spec.nodes).clamp(1, spec.nodes.max(1));
+    (g as f64, spec.nodes.div_ceil(g) as f64)
+}
+
 /// Messages a worker's gradient causes, on average, under `spec`'s algorithm.
 fn messages_per_gradient(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
@@ -229,7 +239,11 @@ fn messages_per_gradient(spec: &Spec) -> f64 {
             CollectiveKind::Ring => 2.0 * (n - 1.0),
             CollectiveKind::Tree => 2.0,
             CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
-            CollectiveKind::Analytic => n - 1.0,
+            CollectiveKind::Hierarchical => {
+                let (g, r) = groups(spec, c);
+                2.0 * (g - 1.0) + 2.0 * (r - 1.0)
+            }
+            CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => n - 1.0,
         },
         // A pull request and reply per shard, and a push per shard.
         AlgorithmConfig::AsyncPs(c) => 3.0 * c.shards as f64,
@@ -280,15 +294,17 @@ pub fn estimate(spec: &Spec) -> Estimate {
     let replicas = ranks as f64 * params * 4.0 * 4.0;
     let schedules = match &spec.algorithm {
         AlgorithmConfig::Sync(c) if c.backup_workers == 0 => {
-            let steps = match c.collective {
+            // Each member's schedule and the run's copy of it (72-byte steps), or what computes it.
+            let per_member = match c.collective {
                 // Computed on demand, one step at a time.
                 CollectiveKind::Ring => 0.0,
-                CollectiveKind::Tree => 2.0 * n.log2().ceil(),
-                CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
-                CollectiveKind::Analytic => 0.0,
+                CollectiveKind::Tree => 2.0 * n.log2().ceil() * 72.0 * 2.0,
+                CollectiveKind::HalvingDoubling => (2.0 * n.log2().ceil() + 2.0) * 72.0 * 2.0,
+                CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => 0.0,
+                // Computed on demand from the member's list of group starts (r + 1 words).
+                CollectiveKind::Hierarchical => (groups(spec, c).1 + 1.0) * 8.0,
             };
-            // Each member's schedule, and the run's copy of it.
-            n * steps * 72.0 * 2.0
+            n * per_member
         }
         _ => 0.0,
     };

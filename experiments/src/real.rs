@@ -77,9 +77,9 @@ pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcom
     }
     let cfg = RealConfig { seed: spec.seed, compute: r.sim.compute.clone(), crashes };
     let started = Instant::now();
-    let cost = (r.sim.network.latency, r.sim.network.bandwidth);
+    let net = r.sim.network.clone();
     let drive = OnMpi { world, workload: r.workload, train: r.train, cfg };
-    let result = with_roles(&r.algorithm, r.workers, &r.train, cost, drive).map_err(|e| e.to_string())??;
+    let result = with_roles(&r.algorithm, r.workers, &r.train, &net, drive).map_err(|e| e.to_string())??;
     Ok(result.map(|result| {
         let summary = Summary::new(spec, &result, started.elapsed().as_secs_f64());
         Outcome { result, summary }

@@ -538,6 +538,18 @@ impl Spec {
         }
         self.algorithm.validate(self.nodes).map_err(|(f, p)| FieldError { field: f, problem: p })?;
         self.optimizer.validate().map_err(|(f, p)| FieldError { field: f, problem: p })?;
+        if let AlgorithmConfig::Sync(c) = &self.algorithm {
+            if c.collective.is_hierarchical() && c.group_size.is_none() && self.network.topology == TopologySpec::Flat {
+                return bad(
+                    "algorithm.group_size",
+                    format!(
+                        "collective {} needs groups: use a racks network.topology (its racks are the groups) or \
+                         set group_size",
+                        c.collective.name()
+                    ),
+                );
+            }
+        }
         if self.optimizer.scale_with_workers
             && matches!(self.algorithm, AlgorithmConfig::Easgd(_) | AlgorithmConfig::Gossip(_))
         {

@@ -33,6 +33,10 @@ const REFUSED: &[(&str, &str)] = &[
     (r#"{"algorithm":{"kind":"bogus"}}"#, "algorithm.kind"),
     (r#"{"nodes":2,"nodes":3}"#, "nodes"),
     (r#"{"stop":[5]}"#, "stop"),
+    // Hierarchical collectives need groups; group sizes mean something only for them.
+    (r#"{"algorithm":{"kind":"sync","collective":"hierarchical"}}"#, "algorithm.group_size"),
+    (r#"{"algorithm":{"kind":"sync","collective":"hierarchical","group_size":0}}"#, "algorithm.group_size"),
+    (r#"{"algorithm":{"kind":"sync","collective":"tree","group_size":4}}"#, "algorithm.group_size"),
     // A name is not a path.
     (r#"{"name":"../../escape"}"#, "name"),
     (r#"{"name":"/tmp/abs"}"#, "name"),

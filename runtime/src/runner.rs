@@ -4,7 +4,6 @@
 //! (`workers..workers+shards`), and so does EASGD's centre (`workers`). Faults and per-node
 //! settings in the engine's configuration name ranks in this layout.
 
-use crate::collectives::{analytic::CostModel, CollectiveKind};
 use crate::protocol::{Protocol, Role};
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
 use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
@@ -14,7 +13,7 @@ use crate::run::TrainConfig;
 use crate::sim_exec::{RunResult, SimExecutor};
 use crate::timing::GradientTiming;
 use dsgd_models::Workload;
-use dsgd_sim::{SimConfig, SimDuration, SimError};
+use dsgd_sim::{NetworkConfig, SimConfig, SimError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -67,6 +66,19 @@ impl AlgorithmConfig {
                         "backup_workers",
                         format!("is {}; must be less than the {workers} workers", c.backup_workers),
                     );
+                }
+                match c.group_size {
+                    Some(0) => return bad("group_size", "must be at least 1".into()),
+                    Some(_) if !c.collective.is_hierarchical() => {
+                        return bad(
+                            "group_size",
+                            format!(
+                                "applies only to the collectives hierarchical and analytic_hierarchical, not {}",
+                                c.collective.name()
+                            ),
+                        )
+                    }
+                    _ => {}
                 }
                 c.timeout_s
             }
@@ -145,8 +157,8 @@ pub fn run_timed(
             SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing).run()
         }
     }
-    let cost = (sim.network.latency, sim.network.bandwidth);
-    with_roles(algorithm, workers, &train, cost, OnSim { sim: &sim, workload, train, timing })?
+    let net = sim.network.clone();
+    with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing })?
 }
 
 /// Something that runs the roles of an algorithm (the simulator, or a real executor).
@@ -160,12 +172,13 @@ pub trait Drive {
 }
 
 /// Builds the roles of `algorithm` with `workers` workers (and its servers) and hands them to
-/// `d`. `cost` is the network's latency and bandwidth, for the analytic collective's default cost.
+/// `d`. `net` gives the analytic collectives' default cost and the hierarchical collectives'
+/// default groups (its racks).
 pub fn with_roles<D: Drive>(
     algorithm: &AlgorithmConfig,
     workers: usize,
     train: &TrainConfig,
-    cost: (SimDuration, dsgd_sim::Bandwidth),
+    net: &NetworkConfig,
     d: D,
 ) -> Result<D::Out, SimError> {
     if workers == 0 {
@@ -176,8 +189,12 @@ pub fn with_roles<D: Drive>(
     let (batch, opt) = (train.batch, train.optimizer);
     Ok(match *algorithm {
         AlgorithmConfig::Sync(mut c) => {
-            if c.collective == CollectiveKind::Analytic && c.cost.is_none() {
-                c.cost = Some(CostModel { latency: cost.0, bandwidth: cost.1, gamma_ns_per_byte: 0.0 });
+            c.fill_from(net);
+            if c.collective.is_hierarchical() && c.group_size.is_none() {
+                return Err(SimError::config(
+                    "algorithm.group_size",
+                    "the hierarchical collectives need groups: use a racks topology or set group_size",
+                ));
             }
             let all = SyncWorker::initial(workers);
             let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();

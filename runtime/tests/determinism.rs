@@ -17,6 +17,12 @@ fn algorithms() -> Vec<AlgorithmConfig> {
     vec![
         AlgorithmConfig::Sync(SyncConfig::default()),
         AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::Tree, backup_workers: 1, ..Default::default() }),
+        // Groups 2, 2, 1; after the crash of rank 1, 1, 2, 1: members holding several shards.
+        AlgorithmConfig::Sync(SyncConfig {
+            collective: CollectiveKind::Hierarchical,
+            group_size: Some(2),
+            ..Default::default()
+        }),
         AlgorithmConfig::AsyncPs(PsConfig { shards: 2, staleness_bound: Some(2), ..Default::default() }),
         AlgorithmConfig::Easgd(EasgdConfig::default()),
         AlgorithmConfig::Gossip(GossipConfig { peers: PeerChoice::Exponential, ..Default::default() }),

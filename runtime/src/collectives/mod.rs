@@ -4,14 +4,17 @@
 //! buffer to a member, maybe wait for a range from a member and add it in (reduce) or copy it
 //! (gather). [`Run`] executes one member's list over messages, buffering rounds that arrive
 //! early. Members are indices `0..p` into the current membership, not ranks. One collective a
-//! file: [`ring`], [`tree`], [`halving_doubling`]; [`analytic`] holds the closed-form costs used
-//! by the analytic mode and by tests. This module knows nothing of the network or the clock.
+//! file: [`ring`], [`tree`], [`halving_doubling`], [`hierarchical`] (two levels, for racks);
+//! [`analytic`] holds the closed-form costs used by the analytic modes and by tests. This module
+//! knows nothing of the network or the clock.
 
 pub mod analytic;
 pub mod halving_doubling;
+pub mod hierarchical;
 pub mod ring;
 pub mod tree;
 
+pub use hierarchical::Groups;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::sync::Arc;
@@ -27,8 +30,36 @@ pub enum CollectiveKind {
     /// Recursive halving (reduce-scatter) then doubling (all-gather), Rabenseifner's algorithm,
     /// with a pre- and post-step for non-power-of-two member counts.
     HalvingDoubling,
+    /// Two levels for racks: reduce-scatter inside each rack, one ring per shard across the
+    /// racks, all-gather inside each rack (see [`hierarchical`]). Groups are the racks of
+    /// `network.topology` unless the sync config's `group_size` says otherwise.
+    Hierarchical,
     /// No per-step messages: the closed-form ring cost, charged once every contribution is in.
     Analytic,
+    /// No per-step messages: the closed-form cost of [`CollectiveKind::Hierarchical`].
+    AnalyticHierarchical,
+}
+
+impl CollectiveKind {
+    /// True for the kinds charged in closed form rather than run message by message.
+    pub fn is_analytic(self) -> bool {
+        matches!(self, CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical)
+    }
+    /// The name a spec gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::Ring => "ring",
+            CollectiveKind::Tree => "tree",
+            CollectiveKind::HalvingDoubling => "halving_doubling",
+            CollectiveKind::Hierarchical => "hierarchical",
+            CollectiveKind::Analytic => "analytic",
+            CollectiveKind::AnalyticHierarchical => "analytic_hierarchical",
+        }
+    }
+    /// True for the kinds that need groups (racks).
+    pub fn is_hierarchical(self) -> bool {
+        matches!(self, CollectiveKind::Hierarchical | CollectiveKind::AnalyticHierarchical)
+    }
 }
 
 /// How a received range is combined with the buffer.
@@ -51,13 +82,18 @@ pub struct Step {
     pub recv: Option<(usize, Range<usize>, Op)>,
 }
 
-/// The steps of member `me` of `p` for a `dim`-element all-reduce.
+/// The steps of member `me` of `p` for a `dim`-element all-reduce (the hierarchical kind as one
+/// group of all `p`: build [`Schedule::hierarchical`] for racks).
 pub fn schedule(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Vec<Step> {
     match kind {
         CollectiveKind::Ring => ring::schedule(p, me, dim),
         CollectiveKind::Tree => tree::schedule(p, me, dim),
         CollectiveKind::HalvingDoubling => halving_doubling::schedule(p, me, dim),
-        CollectiveKind::Analytic => Vec::new(),
+        CollectiveKind::Hierarchical => {
+            let s = Schedule::hierarchical(Arc::new(Groups::consecutive(p, p.max(1))), me, dim);
+            (0..s.len()).filter_map(|k| s.get(k)).collect()
+        }
+        CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => Vec::new(),
     }
 }
 
@@ -76,21 +112,39 @@ pub enum Schedule {
         /// Nominal vector length.
         dim: usize,
     },
+    /// Member `me` of a hierarchical all-reduce over `groups` (shared by all members).
+    Hierarchical {
+        /// The groups.
+        groups: Arc<Groups>,
+        /// This member.
+        me: usize,
+        /// Nominal vector length.
+        dim: usize,
+    },
 }
 
 impl Schedule {
-    /// Member `me` of `p`'s schedule for a `dim`-element all-reduce.
+    /// Member `me` of `p`'s schedule for a `dim`-element all-reduce (the hierarchical kind as
+    /// one group of all `p`: see [`Schedule::hierarchical`]).
     pub fn new(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Self {
         match kind {
             CollectiveKind::Ring => Schedule::Ring { p, me, dim },
+            CollectiveKind::Hierarchical => {
+                Schedule::hierarchical(Arc::new(Groups::consecutive(p, p.max(1))), me, dim)
+            }
             _ => Schedule::Listed(schedule(kind, p, me, dim).into()),
         }
+    }
+    /// Member `me`'s schedule of a hierarchical all-reduce over `groups`, computed on demand.
+    pub fn hierarchical(groups: Arc<Groups>, me: usize, dim: usize) -> Self {
+        Schedule::Hierarchical { groups, me, dim }
     }
     /// Steps in all.
     pub fn len(&self) -> usize {
         match self {
             Schedule::Listed(s) => s.len(),
             Schedule::Ring { p, .. } => ring::steps(*p),
+            Schedule::Hierarchical { groups, me, .. } => groups.steps(*me),
         }
     }
     /// True if there are no steps (a single member).
@@ -102,6 +156,7 @@ impl Schedule {
         match self {
             Schedule::Listed(s) => s.get(k).cloned(),
             Schedule::Ring { p, me, dim } => (k < ring::steps(*p)).then(|| ring::step(*p, *me, *dim, k)),
+            Schedule::Hierarchical { groups, me, dim } => groups.step(*me, *dim, k),
         }
     }
     /// Rounds in all (one more than the last step's round).
@@ -109,6 +164,7 @@ impl Schedule {
         match self {
             Schedule::Listed(s) => s.iter().map(|s| s.round as usize + 1).max().unwrap_or(0),
             Schedule::Ring { p, .. } => ring::steps(*p),
+            Schedule::Hierarchical { groups, .. } => groups.rounds(),
         }
     }
 }
@@ -228,14 +284,22 @@ mod tests {
 
     /// As `simulate`, with schedules over a nominal vector of `wire` elements.
     fn simulate_wire(kind: CollectiveKind, p: usize, dim: usize, wire: usize) -> (Vec<Vec<f32>>, usize) {
+        simulate_schedules(&format!("{kind:?}"), (0..p).map(|m| Schedule::new(kind, p, m, wire)).collect(), dim, wire)
+    }
+
+    /// Runs the members' `schedules` (member `m` has `schedules[m]`) to completion and checks that
+    /// every member ends with the sum; returns the results and the number of messages.
+    fn simulate_schedules(what: &str, schedules: Vec<Schedule>, dim: usize, wire: usize) -> (Vec<Vec<f32>>, usize) {
+        let p = schedules.len();
+        let kind = what;
         let inputs: Vec<Vec<f32>> =
             (0..p).map(|m| (0..dim).map(|i| ((m * 31 + i * 7) % 13) as f32).collect()).collect();
         let mut runs: Vec<Run> =
-            (0..p).map(|m| Run::new(Schedule::new(kind, p, m, wire), inputs[m].clone(), wire)).collect();
+            schedules.into_iter().enumerate().map(|(m, s)| Run::new(s, inputs[m].clone(), wire)).collect();
         let mut done = vec![false; p];
         let mut messages = 0;
         let mut queue: std::collections::VecDeque<Outgoing> = Default::default();
-        for _ in 0..10 * (p + 4) {
+        for _ in 0..10 * (p + 4) * (p + 4) {
             for m in 0..p {
                 let mut out = Vec::new();
                 done[m] = runs[m].poll(&mut out);
@@ -249,11 +313,11 @@ mod tests {
                 break;
             }
         }
-        assert!(done.iter().all(|&d| d), "{kind:?} p={p} did not finish");
+        assert!(done.iter().all(|&d| d), "{kind} p={p} did not finish");
         let sum: Vec<f32> = (0..dim).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
         let results: Vec<Vec<f32>> = runs.into_iter().map(Run::into_result).collect();
         for r in &results {
-            assert_eq!(r, &sum, "{kind:?} p={p}");
+            assert_eq!(r, &sum, "{kind} p={p}");
         }
         (results, messages)
     }
@@ -264,6 +328,37 @@ mod tests {
             for p in 1..=13 {
                 simulate(kind, p, 37);
             }
+        }
+    }
+
+    fn hierarchical(ranks: &[usize], size: usize, dim: usize, wire: usize) -> usize {
+        let groups = Arc::new(Groups::of_ranks(ranks, size));
+        let schedules = (0..ranks.len()).map(|m| Schedule::hierarchical(groups.clone(), m, wire)).collect();
+        simulate_schedules(&format!("hierarchical {ranks:?}/{size}"), schedules, dim, wire).1
+    }
+
+    #[test]
+    fn the_hierarchical_all_reduce_sums_for_every_grouping() {
+        for size in 1..=6 {
+            for p in 1..=14 {
+                let ranks: Vec<usize> = (0..p).collect();
+                hierarchical(&ranks, size, 37, 37);
+                hierarchical(&ranks, size, 5, 1_000_000);
+            }
+        }
+        // Racks thinned by crashes: unequal groups, members owning several shards.
+        for ranks in [vec![0, 1, 2, 5, 6, 7, 8, 12], vec![3, 4, 8], vec![0, 4, 5, 6, 7, 9], vec![7]] {
+            hierarchical(&ranks, 4, 41, 41);
+        }
+    }
+
+    #[test]
+    fn the_hierarchical_all_reduce_crosses_groups_2r_minus_2_times_a_member() {
+        // r groups of g: g-1 steps in, 2(r-1) across, g-1 steps out for each of the g·r members.
+        for (g, r) in [(4, 3), (8, 2), (1, 5), (5, 1), (3, 3)] {
+            let p = g * r;
+            let messages = hierarchical(&(0..p).collect::<Vec<_>>(), g, 64, 64);
+            assert_eq!(messages, p * (2 * (g - 1) + 2 * (r - 1)), "g={g} r={r}");
         }
     }
 

@@ -16,10 +16,10 @@
 //! `Join`, which triggers a probe that takes it back in with the current parameters. Messages of
 //! older epochs are ignored, so no round of a dead membership can be confused with a live one.
 
-use crate::collectives::{self, analytic::CostModel, CollectiveKind, Outgoing, Run, Schedule};
+use crate::collectives::{self, analytic::CostModel, CollectiveKind, Groups, Outgoing, Run, Schedule};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
-use dsgd_sim::{SimDuration, SimTime};
+use dsgd_sim::{NetworkConfig, SimDuration, SimTime, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,13 +34,41 @@ pub struct SyncConfig {
     pub backup_workers: usize,
     /// Failure-detection timeout in seconds (default 5).
     pub timeout_s: f64,
-    /// Network figures for the analytic collective (filled in from the network when absent).
+    /// Network figures for the analytic collectives (filled in from the network when absent).
     pub cost: Option<CostModel>,
+    /// Ranks per group of the hierarchical collectives: ranks `k·g..(k+1)·g` form group `k`
+    /// (filled in from a racks topology's `rack_size` when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<usize>,
+}
+
+impl SyncConfig {
+    /// Fills in what is absent from the network: the analytic collectives' cost (its latency and
+    /// bandwidth, and a racks topology's core latency and uplink) and the hierarchical
+    /// collectives' groups (a racks topology's racks).
+    pub fn fill_from(&mut self, net: &NetworkConfig) {
+        let racks = match net.topology {
+            Topology::Racks { rack_size, uplink, core_latency } => Some((rack_size, uplink, core_latency)),
+            Topology::Flat => None,
+        };
+        if self.collective.is_analytic() && self.cost.is_none() {
+            self.cost = Some(CostModel {
+                latency: net.latency,
+                bandwidth: net.bandwidth,
+                gamma_ns_per_byte: 0.0,
+                core_latency: racks.map_or(SimDuration::ZERO, |r| r.2),
+                uplink: racks.map(|r| r.1),
+            });
+        }
+        if self.collective.is_hierarchical() && self.group_size.is_none() {
+            self.group_size = racks.map(|r| r.0);
+        }
+    }
 }
 
 impl Default for SyncConfig {
     fn default() -> Self {
-        SyncConfig { collective: CollectiveKind::Ring, backup_workers: 0, timeout_s: 5.0, cost: None }
+        SyncConfig { collective: CollectiveKind::Ring, backup_workers: 0, timeout_s: 5.0, cost: None, group_size: None }
     }
 }
 
@@ -251,6 +279,10 @@ impl SyncWorker {
     fn me(&self, rank: usize) -> Option<usize> {
         self.members.iter().position(|&m| m == rank)
     }
+    /// The current members in the hierarchical collectives' groups.
+    fn groups(&self) -> Groups {
+        Groups::of_ranks(&self.members, self.cfg.group_size.unwrap_or(self.members.len()))
+    }
     fn aggregator(&self) -> usize {
         self.members[0]
     }
@@ -281,7 +313,7 @@ impl SyncWorker {
         ctx.set_phase(Phase::Communicating);
         self.arm_watchdog(ctx);
         let key = (self.view, self.done);
-        if self.cfg.backup_workers > 0 || self.cfg.collective == CollectiveKind::Analytic {
+        if self.cfg.backup_workers > 0 || self.cfg.collective.is_analytic() {
             let now = ctx.now();
             if self.cfg.backup_workers > 0 {
                 if rank != self.aggregator() {
@@ -303,7 +335,11 @@ impl SyncWorker {
         let steps = match &self.schedule {
             Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
-                let steps = Schedule::new(self.cfg.collective, self.members.len(), me, wire);
+                let steps = if self.cfg.collective == CollectiveKind::Hierarchical {
+                    Schedule::hierarchical(Arc::new(self.groups()), me, wire)
+                } else {
+                    Schedule::new(self.cfg.collective, self.members.len(), me, wire)
+                };
                 self.schedule = Some((self.view, steps.clone()));
                 steps
             }
@@ -359,7 +395,12 @@ impl SyncWorker {
             let got = &self.grads[&key];
             let last = got.iter().map(|g| g.1).max().expect("non-empty");
             let cost = self.cfg.cost.expect("analytic mode has a cost model");
-            let at = last + cost.ring(p, Self::bytes(ctx));
+            let took = if self.cfg.collective == CollectiveKind::AnalyticHierarchical {
+                cost.hierarchical(&self.groups(), Self::bytes(ctx))
+            } else {
+                cost.ring(p, Self::bytes(ctx))
+            };
+            let at = last + took;
             let tag = self.tag(ANALYTIC_DONE);
             ctx.set_timer(at.saturating_since(ctx.now()), tag);
         }
