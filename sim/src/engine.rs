@@ -463,8 +463,7 @@ impl<M> Sim<M> {
 
     /// Like [`Sim::step`], but stops (returning `None`) before any event later than `until`.
     pub fn step_until(&mut self, until: SimTime) -> Option<(SimTime, Occurrence<M>)> {
-        while self.queue.peek_time().is_some_and(|t| t <= until) {
-            let (now, key, ev) = self.queue.pop().expect("peeked");
+        while let Some((now, key, ev)) = self.queue.pop_until(until) {
             self.stats.events += 1;
             if let Some(occ) = self.process(now, key, ev) {
                 return Some((now, occ));

@@ -16,6 +16,7 @@ pub mod error;
 pub mod faults;
 pub mod net;
 pub mod queue;
+pub mod radix;
 pub mod rng;
 pub mod time;
 pub mod trace;

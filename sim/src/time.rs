@@ -153,6 +153,13 @@ impl Bandwidth {
     /// nearest nanosecond (halves up), computed exactly in integers. A zero bandwidth is treated as
     /// 1 bit/s; configurations reject it before it gets here.
     pub fn transfer_time(self, bytes: u64) -> SimDuration {
+        // The same integers in 64 bits where they fit (below 1 GiB and 10^17 bit/s), as a 128-bit
+        // division costs several times more.
+        if bytes < 1 << 30 && self.0 < 100_000_000_000_000_000 {
+            let bps = self.0.max(1);
+            let num = bytes * 8 * NANOS_PER_SEC;
+            return SimDuration((2 * num + bps) / (2 * bps));
+        }
         let bps = self.0.max(1) as u128;
         let num = bytes as u128 * 8 * NANOS_PER_SEC as u128;
         let ns = (2 * num + bps) / (2 * bps);
@@ -171,6 +178,24 @@ mod tests {
         assert_eq!(SimDuration::from_secs_f64(1.5e-9).as_nanos(), 2);
         assert_eq!(SimDuration::from_secs_f64(-3.0).as_nanos(), 0);
         assert_eq!(SimTime::from_secs_f64(2.5).as_nanos(), 2_500_000_000);
+    }
+
+    #[test]
+    fn the_64_bit_transfer_time_is_the_128_bit_one() {
+        let exact = |bps: u64, bytes: u64| {
+            let (bps, num) = (bps.max(1) as u128, bytes as u128 * 8 * NANOS_PER_SEC as u128);
+            ((2 * num + bps) / (2 * bps)) as u64
+        };
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..100_000 {
+            x = crate::rng::splitmix64(x);
+            let bytes = x % (1 << 31);
+            let bps = crate::rng::splitmix64(x) % 200_000_000_000_000_000;
+            assert_eq!(Bandwidth(bps).transfer_time(bytes).as_nanos(), exact(bps, bytes), "{bytes} B at {bps} bit/s");
+        }
+        for (bps, bytes) in [(1, (1 << 30) - 1), (99_999_999_999_999_999, (1 << 30) - 1), (u64::MAX, 1 << 30)] {
+            assert_eq!(Bandwidth(bps).transfer_time(bytes).as_nanos(), exact(bps, bytes));
+        }
     }
 
     #[test]
