@@ -142,6 +142,8 @@ pub struct SimExecutor<P: Protocol> {
     metrics: Metrics,
     threads: usize,
     timing: Timing,
+    /// The timeline's window (`train.timeline_s`), converted once.
+    window: SimTime,
 }
 
 /// The context handed to a handler: split borrows of the executor.
@@ -237,7 +239,9 @@ impl<P: Protocol> SimExecutor<P> {
         let engine = Sim::new(sim)?;
         let data_rngs = (0..sim.nodes).map(|r| engine.streams().stream("data", r as u64)).collect();
         let proto_rngs = (0..sim.nodes).map(|r| engine.streams().stream("protocol", r as u64)).collect();
+        let window = SimTime::from_secs_f64(train.timeline_s);
         Ok(SimExecutor {
+            window,
             sim: engine,
             clocks: vec![Clock::new(); roles.len()],
             roles,
@@ -268,7 +272,7 @@ impl<P: Protocol> SimExecutor<P> {
             proto_rng: &mut self.proto_rngs[rank],
             clock: &mut self.clocks[rank],
             metrics: &mut self.metrics,
-            window: SimTime::from_secs_f64(self.train.timeline_s),
+            window: self.window,
             timing: &mut self.timing,
         };
         f(&mut self.roles[rank], &mut ctx);
@@ -337,8 +341,7 @@ impl<P: Protocol> SimExecutor<P> {
     }
 
     fn switch(&mut self, rank: usize, now: SimTime, to: State) {
-        let window = SimTime::from_secs_f64(self.train.timeline_s);
-        self.clocks[rank].switch(now, to, rank, window, &mut self.metrics.timeline);
+        self.clocks[rank].switch(now, to, rank, self.window, &mut self.metrics.timeline);
     }
 
     fn dispatch(&mut self, now: SimTime, occ: Occurrence<P::Msg>) {

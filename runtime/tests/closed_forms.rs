@@ -225,15 +225,14 @@ fn racks_give_the_hierarchical_groups_and_charge_the_core() {
         }
     }
     // Without racks or a group_size there are no groups to form: refused, naming the field.
-    let err = dsgd_runtime::runner::run(
+    let refused = dsgd_runtime::runner::run(
         &sync(CollectiveKind::Hierarchical),
         4,
         &cluster(1, 50, 20, 25.0),
         timing(100),
         train(1.0),
-    )
-    .err()
-    .expect("refused");
+    );
+    let Err(err) = refused else { panic!("a hierarchical collective without groups ran") };
     assert!(err.to_string().contains("algorithm.group_size"), "{err}");
 }
 

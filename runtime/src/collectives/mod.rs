@@ -129,9 +129,7 @@ impl Schedule {
     pub fn new(kind: CollectiveKind, p: usize, me: usize, dim: usize) -> Self {
         match kind {
             CollectiveKind::Ring => Schedule::Ring { p, me, dim },
-            CollectiveKind::Hierarchical => {
-                Schedule::hierarchical(Arc::new(Groups::consecutive(p, p.max(1))), me, dim)
-            }
+            CollectiveKind::Hierarchical => Schedule::hierarchical(Arc::new(Groups::consecutive(p, p.max(1))), me, dim),
             _ => Schedule::Listed(schedule(kind, p, me, dim).into()),
         }
     }
@@ -212,10 +210,13 @@ pub struct Run {
     /// Length of the nominal vector the schedule's ranges refer to.
     wire: usize,
     pos: usize,
+    /// Step `pos`, once computed (a ring's steps are computed on demand, once each).
+    current: Option<Step>,
     sent: bool,
     buf: Vec<f32>,
-    /// Data of rounds that arrived before this member reached them.
-    early: std::collections::BTreeMap<u32, Vec<f32>>,
+    /// Data of rounds that arrived before this member reached them: a handful at most (a
+    /// neighbour runs at most a few rounds ahead), so a list beats a map.
+    early: Vec<(u32, Vec<f32>)>,
 }
 
 impl Run {
@@ -225,7 +226,7 @@ impl Run {
     /// proportionally onto `buf`, so a small vector can stand in for a large model's.
     pub fn new(steps: Schedule, buf: Vec<f32>, wire: usize) -> Self {
         let rounds = steps.rounds();
-        Run { steps, rounds, wire: wire.max(1), pos: 0, sent: false, buf, early: Default::default() }
+        Run { steps, rounds, wire: wire.max(1), pos: 0, current: None, sent: false, buf, early: Vec::new() }
     }
 
     /// The slice of the buffer that nominal `range` stands for.
@@ -234,15 +235,23 @@ impl Run {
         let at = |x: usize| (x as u128 * n as u128 / self.wire as u128) as usize;
         at(range.start)..at(range.end)
     }
-    /// Hands in the data of a round (possibly before this member reaches it).
+    /// Hands in the data of a round (possibly before this member reaches it). A second message
+    /// for the same round replaces the first.
     pub fn deliver(&mut self, round: u32, data: Vec<f32>) {
         if (round as usize) < self.rounds {
-            self.early.insert(round, data);
+            match self.early.iter_mut().find(|(r, _)| *r == round) {
+                Some(slot) => slot.1 = data,
+                None => self.early.push((round, data)),
+            }
         }
     }
     /// Advances as far as possible, appending messages to send; true when finished.
     pub fn poll(&mut self, out: &mut Vec<Outgoing>) -> bool {
-        while let Some(step) = self.steps.get(self.pos) {
+        loop {
+            if self.current.is_none() {
+                self.current = self.steps.get(self.pos);
+            }
+            let Some(step) = &self.current else { return true };
             if !self.sent {
                 if let Some((to, range)) = &step.send {
                     let data = if self.buf.is_empty() { Vec::new() } else { self.buf[self.map(range)].to_vec() };
@@ -251,7 +260,8 @@ impl Run {
                 self.sent = true;
             }
             if let Some((_, range, op)) = &step.recv {
-                let Some(data) = self.early.remove(&step.round) else { return false };
+                let Some(i) = self.early.iter().position(|(r, _)| *r == step.round) else { return false };
+                let (_, data) = self.early.swap_remove(i);
                 if !self.buf.is_empty() {
                     let r = self.map(range);
                     let dst = &mut self.buf[r];
@@ -263,9 +273,9 @@ impl Run {
                 }
             }
             self.pos += 1;
+            self.current = None;
             self.sent = false;
         }
-        true
     }
     /// The reduced buffer (the element-wise sum over members) once finished.
     pub fn into_result(self) -> Vec<f32> {

@@ -25,14 +25,20 @@ pub fn step(p: usize, me: usize, dim: usize, k: usize) -> Step {
 /// (all-gather) hand the sums round. Members are `0..p` and the round is `k`; a caller that runs
 /// the ring among other members or at other rounds maps them.
 pub fn step_over(p: usize, me: usize, k: usize, at: impl Fn(usize) -> Range<usize>) -> Step {
-    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
-    let at = |c: isize| at(c.rem_euclid(p as isize) as usize);
-    let (i, half) = (me as isize, p - 1);
+    let (next, prev) = (if me + 1 == p { 0 } else { me + 1 }, if me == 0 { p - 1 } else { me - 1 });
+    // Chunk (me + p + 1 - s - back) mod p, without a division: the argument is below 3p.
+    let chunk = |s: usize, back: usize| {
+        let mut c = me + p + 1 - s - back;
+        while c >= p {
+            c -= p;
+        }
+        at(c)
+    };
+    let half = p - 1;
     if k < half {
-        let s = k as isize;
-        Step { round: k as u32, send: Some((next, at(i - s))), recv: Some((prev, at(i - s - 1), Op::Add)) }
+        Step { round: k as u32, send: Some((next, chunk(k, 1))), recv: Some((prev, chunk(k, 2), Op::Add)) }
     } else {
-        let s = (k - half) as isize;
-        Step { round: k as u32, send: Some((next, at(i + 1 - s))), recv: Some((prev, at(i - s), Op::Copy)) }
+        let s = k - half;
+        Step { round: k as u32, send: Some((next, chunk(s, 0))), recv: Some((prev, chunk(s, 1), Op::Copy)) }
     }
 }

@@ -189,6 +189,8 @@ pub struct SyncWorker {
     pending_state: Option<Box<StateMsg>>,
     restarted: bool,
     joining: u32,
+    /// The collective's messages of one poll (kept to reuse its allocation).
+    outbox: Vec<Outgoing>,
 }
 
 impl SyncWorker {
@@ -234,6 +236,7 @@ impl SyncWorker {
             pending_state: None,
             restarted: false,
             joining: 0,
+            outbox: Vec::new(),
         }
     }
 
@@ -357,13 +360,14 @@ impl SyncWorker {
 
     fn poll_run(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         let Some(run) = self.run.as_mut() else { return };
-        let mut out: Vec<Outgoing> = Vec::new();
+        let mut out = std::mem::take(&mut self.outbox);
         let finished = run.poll(&mut out);
-        for o in out {
+        for o in out.drain(..) {
             let bytes = 4 * o.range.len() as u64;
             let msg = SyncMsg::Chunk { view: self.view, iter: self.done, round: o.round, data: o.data };
             ctx.send(self.members[o.to], msg, bytes);
         }
+        self.outbox = out;
         if finished {
             let sum = self.run.take().expect("running").into_result();
             let p = self.members.len();
