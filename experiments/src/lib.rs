@@ -11,5 +11,6 @@ pub mod plot;
 #[cfg(feature = "mpi")]
 pub mod real;
 pub mod report;
+pub mod scalebench;
 pub mod spec;
 pub mod sweep;

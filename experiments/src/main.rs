@@ -197,6 +197,23 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// How the simulator's cost grows with the cluster: wall time, events/s, ns/event and peak
+    /// memory of each algorithm at each node count, each case in a process of its own.
+    BenchScale {
+        /// Node counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+        nodes: Vec<usize>,
+        /// Algorithms, comma-separated: sync_ring, sync_hierarchical, async_ps, easgd,
+        /// gossip_pull, gossip_push (default all).
+        #[arg(long, value_delimiter = ',')]
+        algorithms: Vec<String>,
+        /// Also write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Run one case in this process and print its row as JSON (used by the benchmark).
+        #[arg(long, hide = true)]
+        one: bool,
+    },
     /// Draw the figures of finished runs or sweeps.
     Plot {
         /// Run or sweep folders.
@@ -253,6 +270,7 @@ fn main() -> ExitCode {
         Command::BenchGradient { model, hidden, device, batch, steps, warmup, peak_tflops, json } => {
             bench_gradient(&model, &hidden, &device, batch, steps, warmup, peak_tflops, json)
         }
+        Command::BenchScale { nodes, algorithms, json, one } => bench_scale(&nodes, &algorithms, json, one),
     };
     match result {
         Ok(code) => code,
@@ -539,6 +557,63 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     let runs = finish_sweep(&out, true)?;
     sweep_json(&out, &report, &runs);
     Ok(code)
+}
+
+fn bench_scale(nodes: &[usize], algorithms: &[String], json: Option<PathBuf>, one: bool) -> Result<ExitCode, String> {
+    use dsgd_experiments::scalebench::{self, Row};
+    let algorithms: Vec<String> = if algorithms.is_empty() {
+        scalebench::ALGORITHMS.iter().map(|a| a.to_string()).collect()
+    } else {
+        algorithms.to_vec()
+    };
+    for a in &algorithms {
+        for &n in nodes {
+            scalebench::case(a, n)?;
+        }
+    }
+    if one {
+        let (Some(a), Some(&n), 1, 1) = (algorithms.first(), nodes.first(), algorithms.len(), nodes.len()) else {
+            return Err("--one runs exactly one algorithm at one node count".into());
+        };
+        println!("{}", serde_json::to_string(&scalebench::measure(a, n)?).expect("serialises"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to run the cases: {e}"))?;
+    let mut rows: Vec<Row> = Vec::new();
+    for a in &algorithms {
+        for &n in nodes {
+            let n_arg = n.to_string();
+            let args = ["bench-scale", "--one", "--algorithms", a.as_str(), "--nodes", n_arg.as_str()];
+            let o = std::process::Command::new(&exe)
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+            if dsgd_runtime::cancel::requested() {
+                return Err("interrupted".into());
+            }
+            if !o.status.success() {
+                return Err(format!("{a} at {n} nodes failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
+            }
+            let row: Row =
+                serde_json::from_slice(&o.stdout).map_err(|e| format!("{a} at {n} nodes: unreadable result ({e})"))?;
+            eprintln!(
+                "{a:>17} {n:>6} nodes: {:.2} s, {} events, {:.0} ns/event, {:.0} MB",
+                row.wall_s,
+                row.events,
+                row.ns_per_event(),
+                row.peak_bytes as f64 / 1e6
+            );
+            rows.push(row);
+        }
+    }
+    out!("{}", scalebench::table(&rows));
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&rows).expect("serialises");
+        dsgd_experiments::output::write_atomic(&path, text.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        out!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -134,3 +134,35 @@ fn a_diverged_run_says_when_and_at_which_loss() {
         None => assert!(s["final_loss"].is_null()),
     }
 }
+
+#[test]
+fn bench_scale_measures_each_case_in_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dsgd(
+        dir.path(),
+        &["bench-scale", "--nodes", "4,16", "--algorithms", "sync_hierarchical,gossip_push", "--json", "rows.json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("rows.json")).unwrap()).unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert!(r["events"].as_u64().unwrap() > 1000, "{r}");
+        assert!(r["peak_bytes"].as_u64().unwrap() > 1 << 20, "each case reports its own peak memory: {r}");
+        assert!(r["wall_s"].as_f64().unwrap() > 0.0);
+    }
+    // 16 nodes in racks of 4: each member 3 + 3 steps inside its rack and 2·3 across.
+    assert_eq!(rows[1]["algorithm"], "sync_hierarchical");
+    assert_eq!(rows[1]["work"], "2500 iterations, racks of 4");
+    // (The run stops when member 0 finishes iteration 2500; others may have a last step to send.)
+    let messages = rows[1]["messages"].as_u64().unwrap();
+    assert!((2499 * 16 * 12..=2500 * 16 * 12).contains(&messages), "{messages}");
+    assert!(text(&o).contains("| gossip_push | 16 |"), "{}", text(&o));
+    // The same case gives the same digest: the benchmark runs what it says.
+    let again = dsgd(dir.path(), &["bench-scale", "--nodes", "16", "--algorithms", "sync_hierarchical", "--one"]);
+    let row: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(row["digest"], rows[1]["digest"]);
+    let bad = dsgd(dir.path(), &["bench-scale", "--algorithms", "ring"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("known: sync_ring"), "{}", text(&bad));
+}

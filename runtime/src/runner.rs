@@ -196,7 +196,7 @@ pub fn with_roles<D: Drive>(
                     "the hierarchical collectives need groups: use a racks topology or set group_size",
                 ));
             }
-            let all = SyncWorker::initial(workers);
+            let all = SyncWorker::initial(&c, workers);
             let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();
             d.drive(roles)
         }

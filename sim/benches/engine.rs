@@ -39,6 +39,25 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The same workload on std's binary heap of (time, seq) (the queue's structure before the
+    // radix heap), for comparison.
+    let mut bh: std::collections::BinaryHeap<Reverse<(u64, u64)>> = std::collections::BinaryHeap::new();
+    let mut h = 0;
+    for _ in 0..PENDING {
+        bh.push(Reverse((delay(h), h)));
+        h += 1;
+    }
+    g.bench_function("binary_heap", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                let Reverse((t, s)) = bh.pop().unwrap();
+                black_box(s);
+                bh.push(Reverse((t + delay(h), h)));
+                h += 1;
+            }
+        })
+    });
+
     // The same workload on the `priority-queue` crate, for comparison.
     let mut pq: priority_queue::PriorityQueue<u64, Reverse<(u64, u64)>, rustc_hash::FxBuildHasher> =
         priority_queue::PriorityQueue::with_default_hasher();

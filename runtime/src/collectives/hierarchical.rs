@@ -68,7 +68,7 @@ impl Groups {
         (sizes.clone().max().unwrap_or(0), sizes.min().unwrap_or(0))
     }
     /// Group of member `me`, and `me`'s index in it.
-    fn locate(&self, me: usize) -> (usize, usize) {
+    pub fn locate(&self, me: usize) -> (usize, usize) {
         let j = self.starts.partition_point(|&s| s <= me) - 1;
         (j, me - self.starts[j])
     }
@@ -95,16 +95,15 @@ impl Groups {
     pub fn rounds(&self) -> usize {
         2 * self.inner_rounds() + self.shards * self.cross_steps()
     }
-    /// How many steps member `me` takes.
-    pub fn steps(&self, me: usize) -> usize {
-        let (j, i) = self.locate(me);
+    /// How many steps member `i` of group `j` (see [`Groups::locate`]) takes.
+    pub fn steps(&self, (j, i): (usize, usize)) -> usize {
         let g = self.size(j);
         2 * (g - 1) + self.owned(g, i).len() * self.cross_steps()
     }
 
-    /// Member `me`'s step `k` (of [`Self::steps`]) of an all-reduce of `dim` elements.
-    pub fn step(&self, me: usize, dim: usize, k: usize) -> Option<Step> {
-        let (j, i) = self.locate(me);
+    /// Step `k` (of [`Self::steps`]) of member `i` of group `j` (see [`Groups::locate`]) in an
+    /// all-reduce of `dim` elements.
+    pub fn step(&self, (j, i): (usize, usize), dim: usize, k: usize) -> Option<Step> {
         let g = self.size(j);
         let start = self.starts[j];
         let block = |b: usize| {

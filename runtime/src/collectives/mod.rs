@@ -112,12 +112,12 @@ pub enum Schedule {
         /// Nominal vector length.
         dim: usize,
     },
-    /// Member `me` of a hierarchical all-reduce over `groups` (shared by all members).
+    /// A member of a hierarchical all-reduce over `groups` (shared by all members).
     Hierarchical {
         /// The groups.
         groups: Arc<Groups>,
-        /// This member.
-        me: usize,
+        /// This member's group and its index there.
+        at: (usize, usize),
         /// Nominal vector length.
         dim: usize,
     },
@@ -135,14 +135,15 @@ impl Schedule {
     }
     /// Member `me`'s schedule of a hierarchical all-reduce over `groups`, computed on demand.
     pub fn hierarchical(groups: Arc<Groups>, me: usize, dim: usize) -> Self {
-        Schedule::Hierarchical { groups, me, dim }
+        let at = groups.locate(me);
+        Schedule::Hierarchical { groups, at, dim }
     }
     /// Steps in all.
     pub fn len(&self) -> usize {
         match self {
             Schedule::Listed(s) => s.len(),
             Schedule::Ring { p, .. } => ring::steps(*p),
-            Schedule::Hierarchical { groups, me, .. } => groups.steps(*me),
+            Schedule::Hierarchical { groups, at, .. } => groups.steps(*at),
         }
     }
     /// True if there are no steps (a single member).
@@ -154,7 +155,7 @@ impl Schedule {
         match self {
             Schedule::Listed(s) => s.get(k).cloned(),
             Schedule::Ring { p, me, dim } => (k < ring::steps(*p)).then(|| ring::step(*p, *me, *dim, k)),
-            Schedule::Hierarchical { groups, me, dim } => groups.step(*me, *dim, k),
+            Schedule::Hierarchical { groups, at, dim } => groups.step(*at, *dim, k),
         }
     }
     /// Rounds in all (one more than the last step's round).

@@ -191,28 +191,41 @@ pub struct SyncWorker {
     joining: u32,
     /// The collective's messages of one poll (kept to reuse its allocation).
     outbox: Vec<Outgoing>,
+    /// The hierarchical collective's groups of a view (at the start one list shared by all).
+    groups: Option<(u64, Arc<Groups>)>,
+}
+
+/// The initial membership, shared by every worker.
+#[derive(Clone, Debug)]
+pub struct Initial {
+    members: Arc<[usize]>,
+    view: u64,
+    groups: Option<(u64, Arc<Groups>)>,
 }
 
 impl SyncWorker {
     /// A worker; `ranks` is the number of workers.
     pub fn new(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, ranks: usize) -> Self {
-        Self::with_members(cfg, batch, opt, &Self::initial(ranks))
+        Self::with_members(cfg, batch, opt, &Self::initial(&cfg, ranks))
     }
 
-    /// The initial membership of `ranks` workers (all of them) and its view id, to share.
-    pub fn initial(ranks: usize) -> (Arc<[usize]>, u64) {
+    /// The initial membership of `ranks` workers (all of them), its view id and, for the
+    /// hierarchical collective, its groups: to share among all workers.
+    pub fn initial(cfg: &SyncConfig, ranks: usize) -> Initial {
         let members: Arc<[usize]> = (0..ranks).collect();
         let view = view_id(0, &members);
-        (members, view)
+        let groups = (cfg.collective == CollectiveKind::Hierarchical)
+            .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
+        Initial { members, view, groups }
     }
 
-    /// A worker of the initial membership `(members, view)` from [`SyncWorker::initial`], shared
-    /// by all workers.
-    pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &(Arc<[usize]>, u64)) -> Self {
-        let (members, view) = initial.clone();
+    /// A worker of the initial membership from [`SyncWorker::initial`], shared by all workers.
+    pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
+        let Initial { members, view, groups } = initial.clone();
         SyncWorker {
             cfg,
             batch,
+            groups,
             opt_cfg: opt,
             params: Vec::new(),
             opt: Sgd::new(opt, 0, members.len()),
@@ -339,7 +352,12 @@ impl SyncWorker {
             Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
                 let steps = if self.cfg.collective == CollectiveKind::Hierarchical {
-                    Schedule::hierarchical(Arc::new(self.groups()), me, wire)
+                    let groups = match &self.groups {
+                        Some((view, g)) if *view == self.view => g.clone(),
+                        _ => Arc::new(self.groups()),
+                    };
+                    self.groups = Some((self.view, groups.clone()));
+                    Schedule::hierarchical(groups, me, wire)
                 } else {
                     Schedule::new(self.cfg.collective, self.members.len(), me, wire)
                 };

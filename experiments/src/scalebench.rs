@@ -1,0 +1,199 @@
+//! `dsgd bench-scale`: how the engine's cost grows with the cluster. For every algorithm and
+//! node count it runs one fixed spec (a timing workload of 1 M parameters, 100 ms steps, 10 Gb/s,
+//! 10 µs) in a child process of its own, so that each case's peak memory is its own, and reports
+//! wall time, events, events per second, nanoseconds per event and peak resident memory.
+
+use crate::load::spec_from_value;
+use crate::spec::Spec;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The algorithms the benchmark knows, by name.
+pub const ALGORITHMS: &[&str] = &["sync_ring", "sync_hierarchical", "async_ps", "easgd", "gossip_pull", "gossip_push"];
+
+/// The asynchronous algorithms' timeout in the benchmark, longer than a busy server's queue
+/// takes to drain (10,000 EASGD workers wait about a minute for their turn at the centre), so no
+/// worker gives up and asks again. With the default 5 s they pile up requests faster than the
+/// centre's NIC serves them (congestion collapse): memory then grows with the backlog, which is
+/// what such a cluster would do, but not what this benchmark measures. Not much longer either:
+/// every exchange leaves a timeout timer pending for this long.
+const PATIENT: f64 = 120.0;
+
+/// One measured case.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    /// Algorithm name (one of [`ALGORITHMS`]).
+    pub algorithm: String,
+    /// Nodes (workers).
+    pub nodes: usize,
+    /// What was simulated, in words.
+    pub work: String,
+    /// Engine events.
+    pub events: u64,
+    /// Messages sent.
+    pub messages: u64,
+    /// Wall seconds of the run (the spec's setup and the simulation).
+    pub wall_s: f64,
+    /// Peak resident memory of the process, bytes (`VmHWM`).
+    pub peak_bytes: u64,
+    /// The run's digest.
+    pub digest: String,
+}
+
+impl Row {
+    /// Events per wall second.
+    pub fn events_per_s(&self) -> f64 {
+        self.events as f64 / self.wall_s.max(1e-9)
+    }
+    /// Wall nanoseconds per event.
+    pub fn ns_per_event(&self) -> f64 {
+        self.wall_s * 1e9 / self.events.max(1) as f64
+    }
+}
+
+/// Ranks per rack of the hierarchical case: about √n, dividing n where a round number does.
+fn rack_size(nodes: usize) -> usize {
+    let root = (nodes as f64).sqrt().round().max(1.0) as usize;
+    (root..=2 * root).find(|g| nodes.is_multiple_of(*g)).unwrap_or(root)
+}
+
+/// The spec of one case, and what it simulates in words.
+pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String), String> {
+    if nodes == 0 {
+        return Err("--nodes: every node count must be at least 1".into());
+    }
+    let mut v = json!({
+        "name": format!("bench-{algorithm}-{nodes}"),
+        "nodes": nodes,
+        "workload": {"kind": "timing", "params": 1_000_000},
+        "compute": {"step_time_ms": 100, "straggler": {"jitter": {"kind": "log_normal", "sigma": 0.1}}},
+        "network": {"latency_us": 10, "bandwidth_gbps": 10},
+        "eval": {"every_s": 1000},
+        "stop": {"sim_time_s": 1000},
+    });
+    // Iterations or simulated seconds: a few million events at 100 nodes, and what the same
+    // settings cost at 1,000 and 10,000 (the message-level ring's 2(n-1) steps make one
+    // iteration of 10,000 nodes 2×10^8 messages: one iteration is run there).
+    let iterations = |at_100: u64| (at_100 * 100 / nodes as u64).max(1);
+    let n = nodes as f64;
+    let (algorithm_json, stop, work): (Value, Value, String) = match algorithm {
+        "sync_ring" => {
+            let it = iterations(100);
+            let work = format!("{it} iteration{}", if it == 1 { "" } else { "s" });
+            (json!({"kind": "sync", "collective": "ring"}), json!({"iterations": it}), work)
+        }
+        "sync_hierarchical" => {
+            let g = rack_size(nodes);
+            v["network"]["topology"] = json!({"kind": "racks", "rack_size": g, "uplink_gbps": 40});
+            let it = iterations(400);
+            let work = format!("{it} iterations, racks of {g}");
+            (json!({"kind": "sync", "collective": "hierarchical"}), json!({"iterations": it}), work)
+        }
+        "async_ps" => {
+            let shards = 10.min(nodes);
+            // Ten shards whatever the size (n × shards messages are in flight at once), which
+            // their NICs keep busy: 40 s at 100 nodes, 4 s at 10,000.
+            let secs = (400.0 / n.sqrt() * 10.0).round() / 10.0;
+            let work = format!("{secs} s, {shards} shards");
+            (json!({"kind": "async_ps", "shards": shards, "timeout_s": PATIENT}), json!({"sim_time_s": secs}), work)
+        }
+        // The centre's NIC bounds the exchanges whatever the node count.
+        "easgd" => (json!({"kind": "easgd", "timeout_s": PATIENT}), json!({"sim_time_s": 600}), "600 s".into()),
+        "gossip_pull" | "gossip_push" => {
+            let mode = if algorithm == "gossip_pull" { "pull" } else { "push" };
+            // Events grow as nodes: 200 s at 100 nodes, 2 s at 10,000.
+            let secs = 20_000.0 / n;
+            let alg = json!({"kind": "gossip", "mode": mode, "timeout_s": PATIENT});
+            (alg, json!({"sim_time_s": secs}), format!("{secs} s"))
+        }
+        other => return Err(format!("--algorithms: unknown algorithm {other:?}; known: {}", ALGORITHMS.join(", "))),
+    };
+    v["algorithm"] = algorithm_json;
+    v["stop"] = json!({"sim_time_s": 1000});
+    for (k, x) in stop.as_object().expect("an object") {
+        v["stop"][k] = x.clone();
+    }
+    let spec = spec_from_value("bench-scale", v).map_err(|e| e.to_string())?;
+    Ok((spec, work))
+}
+
+/// This process's peak resident memory in bytes (Linux `VmHWM`), or 0 where unknown.
+pub fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Runs one case in this process.
+pub fn measure(algorithm: &str, nodes: usize) -> Result<Row, String> {
+    let (spec, work) = case(algorithm, nodes)?;
+    let started = std::time::Instant::now();
+    let outcome = crate::execute::execute(&spec, false)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    Ok(Row {
+        algorithm: algorithm.into(),
+        nodes,
+        work,
+        events: outcome.summary.events,
+        messages: outcome.result.stats.messages_sent,
+        wall_s,
+        peak_bytes: peak_rss(),
+        digest: outcome.summary.digest,
+    })
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut t = String::from(
+        "| algorithm | nodes | simulated | events | wall (s) | events/s | ns/event | peak memory (MB) |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} M | {:.0} | {:.0} |\n",
+            r.algorithm,
+            r.nodes,
+            r.work,
+            r.events,
+            r.wall_s,
+            r.events_per_s() / 1e6,
+            r.ns_per_event(),
+            r.peak_bytes as f64 / 1e6
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_is_a_valid_spec_and_unknown_names_are_refused() {
+        for a in ALGORITHMS {
+            for n in [1, 100, 1000, 10_000] {
+                let (spec, work) = case(a, n).unwrap_or_else(|e| panic!("{a} {n}: {e}"));
+                assert_eq!(spec.nodes, n);
+                assert!(!work.is_empty());
+            }
+        }
+        assert!(case("ring", 10).unwrap_err().contains("sync_ring"));
+        assert!(case("easgd", 0).is_err());
+        assert_eq!(rack_size(100), 10);
+        assert_eq!(rack_size(1000), 40);
+        assert_eq!(rack_size(10_000), 100);
+    }
+
+    #[test]
+    fn a_measured_case_reports_what_its_run_did() {
+        let row = measure("sync_ring", 4).expect("runs");
+        // 4 nodes, 2500 iterations of 2·3 ring steps each member: 6 messages a member.
+        assert_eq!(row.messages, 2500 * 4 * 6);
+        assert!(row.events >= row.messages);
+        assert!(row.peak_bytes > 0, "VmHWM is readable on Linux");
+        assert!(table(&[row]).contains("| sync_ring | 4 | 2500 iterations |"));
+    }
+}
