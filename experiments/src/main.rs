@@ -781,7 +781,7 @@ mod mpi_cmd {
 
     pub fn real(path: &Path, out: Option<PathBuf>, sets: &[String]) -> Result<ExitCode, String> {
         let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
-        real::real_faults(&spec)?;
+        real::for_real(&spec)?;
         let universe = real::init()?;
         let world = universe.world();
         let dest = out.unwrap_or_else(|| PathBuf::from(format!("runs/{}-real", spec.name)));
@@ -829,7 +829,7 @@ mod mpi_cmd {
         let specs =
             paths.iter().map(|p| spec_from_file(p, &[]).map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
         for s in &specs {
-            real::real_faults(s)?;
+            real::for_real(s)?;
         }
         let universe = real::init()?;
         let world = universe.world();

@@ -26,8 +26,19 @@ pub fn init() -> Result<Universe, String> {
     Ok(u)
 }
 
-/// The crashes of `spec`, or an error naming the first fault that cannot be injected for real.
-pub fn real_faults(spec: &Spec) -> Result<Vec<RealCrash>, String> {
+/// The crashes to inject in a real run of `spec`, or an error naming what cannot run for real:
+/// a fault other than a crash or restart, or an analytic collective (it charges a modelled delay
+/// where a real run has a real network).
+pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
+    if let dsgd_runtime::runner::AlgorithmConfig::Sync(c) = &spec.algorithm {
+        if c.collective.is_analytic() {
+            return Err(format!(
+                "algorithm.collective: {} charges a modelled delay instead of sending its messages, which a real run \
+                 cannot do; use ring, tree, halving_doubling or hierarchical",
+                c.collective.name()
+            ));
+        }
+    }
     let mut crashes: Vec<RealCrash> = Vec::new();
     for (i, f) in spec.faults.iter().enumerate() {
         match f {
@@ -70,7 +81,7 @@ impl Drive for OnMpi<'_> {
 
 /// Runs `spec` for real on this MPI job; the outcome on rank 0, `None` elsewhere.
 pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcome>, String> {
-    let crashes = real_faults(spec)?;
+    let crashes = for_real(spec)?;
     let r = spec.resolve().map_err(|e| e.to_string())?;
     if !matches!(r.timing, dsgd_runtime::timing::GradientTiming::Model) {
         return Err("compute.gradient_time: a real run always takes real time; leave it at \"model\"".into());

@@ -105,6 +105,14 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
     assert!(!o.status.success());
     assert!(text(&o).contains("faults[0]: partition cannot be injected in a real run"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
+    // Nor can a collective that is a modelled delay.
+    for (c, extra) in [("analytic", ""), ("analytic_hierarchical", r#","group_size":2"#)] {
+        let set = format!(r#"algorithm={{"kind":"sync","collective":"{c}"{extra}}}"#);
+        let o = mpirun(dir.path(), 4, &["real", &spec, "--out", "r", "--set", &set]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains(&format!("algorithm.collective: {c} charges a modelled delay")), "{}", text(&o));
+        assert!(!dir.path().join("r").exists());
+    }
 }
 
 #[test]

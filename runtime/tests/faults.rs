@@ -23,6 +23,12 @@ fn algorithms() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::Sync(sync),
         AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::HalvingDoubling, ..sync }),
         AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::Analytic, ..sync }),
+        AlgorithmConfig::Sync(SyncConfig { collective: CollectiveKind::Hierarchical, group_size: Some(2), ..sync }),
+        AlgorithmConfig::Sync(SyncConfig {
+            collective: CollectiveKind::AnalyticHierarchical,
+            group_size: Some(2),
+            ..sync
+        }),
         AlgorithmConfig::Sync(SyncConfig { backup_workers: 1, ..sync }),
         AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, shards: 2, staleness_bound: Some(3) }),
