@@ -207,6 +207,9 @@ enum Command {
         /// gossip_pull, gossip_push (default all).
         #[arg(long, value_delimiter = ',')]
         algorithms: Vec<String>,
+        /// Runs of each case (the fastest is reported; a case of over 10 s runs once).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         /// Also write the rows as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -270,7 +273,9 @@ fn main() -> ExitCode {
         Command::BenchGradient { model, hidden, device, batch, steps, warmup, peak_tflops, json } => {
             bench_gradient(&model, &hidden, &device, batch, steps, warmup, peak_tflops, json)
         }
-        Command::BenchScale { nodes, algorithms, json, one } => bench_scale(&nodes, &algorithms, json, one),
+        Command::BenchScale { nodes, algorithms, repeat, json, one } => {
+            bench_scale(&nodes, &algorithms, repeat, json, one)
+        }
     };
     match result {
         Ok(code) => code,
@@ -559,7 +564,13 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     Ok(code)
 }
 
-fn bench_scale(nodes: &[usize], algorithms: &[String], json: Option<PathBuf>, one: bool) -> Result<ExitCode, String> {
+fn bench_scale(
+    nodes: &[usize],
+    algorithms: &[String],
+    repeat: usize,
+    json: Option<PathBuf>,
+    one: bool,
+) -> Result<ExitCode, String> {
     use dsgd_experiments::scalebench::{self, Row};
     let algorithms: Vec<String> = if algorithms.is_empty() {
         scalebench::ALGORITHMS.iter().map(|a| a.to_string()).collect()
@@ -579,33 +590,18 @@ fn bench_scale(nodes: &[usize], algorithms: &[String], json: Option<PathBuf>, on
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to run the cases: {e}"))?;
-    let mut rows: Vec<Row> = Vec::new();
-    for a in &algorithms {
-        for &n in nodes {
-            let n_arg = n.to_string();
-            let args = ["bench-scale", "--one", "--algorithms", a.as_str(), "--nodes", n_arg.as_str()];
-            let o = std::process::Command::new(&exe)
-                .args(args)
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-            if dsgd_runtime::cancel::requested() {
-                return Err("interrupted".into());
-            }
-            if !o.status.success() {
-                return Err(format!("{a} at {n} nodes failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
-            }
-            let row: Row =
-                serde_json::from_slice(&o.stdout).map_err(|e| format!("{a} at {n} nodes: unreadable result ({e})"))?;
-            eprintln!(
-                "{a:>17} {n:>6} nodes: {:.2} s, {} events, {:.0} ns/event, {:.0} MB",
-                row.wall_s,
-                row.events,
-                row.ns_per_event(),
-                row.peak_bytes as f64 / 1e6
-            );
-            rows.push(row);
-        }
-    }
+    let rows = scalebench::run_cases(&exe, &algorithms, nodes, repeat, |row: &Row| {
+        eprintln!(
+            "{:>17} {:>6} nodes: {:.2} s (best of {}), {} events, {:.0} ns/event, {:.0} MB",
+            row.algorithm,
+            row.nodes,
+            row.wall_s,
+            row.runs,
+            row.events,
+            row.ns_per_event(),
+            row.peak_bytes as f64 / 1e6
+        )
+    })?;
     out!("{}", scalebench::table(&rows));
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&rows).expect("serialises");

@@ -140,7 +140,17 @@ fn bench_scale_measures_each_case_in_its_own_process() {
     let dir = tempfile::tempdir().unwrap();
     let o = dsgd(
         dir.path(),
-        &["bench-scale", "--nodes", "4,16", "--algorithms", "sync_hierarchical,gossip_push", "--json", "rows.json"],
+        &[
+            "bench-scale",
+            "--nodes",
+            "4,16",
+            "--algorithms",
+            "sync_hierarchical,gossip_push",
+            "--repeat",
+            "2",
+            "--json",
+            "rows.json",
+        ],
     );
     assert!(o.status.success(), "{}", text(&o));
     let rows: Vec<serde_json::Value> =
@@ -150,6 +160,7 @@ fn bench_scale_measures_each_case_in_its_own_process() {
         assert!(r["events"].as_u64().unwrap() > 1000, "{r}");
         assert!(r["peak_bytes"].as_u64().unwrap() > 1 << 20, "each case reports its own peak memory: {r}");
         assert!(r["wall_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["runs"], 2, "the fastest of two runs, which gave one digest: {r}");
     }
     // 16 nodes in racks of 4: each member 3 + 3 steps inside its rack and 2·3 across.
     assert_eq!(rows[1]["algorithm"], "sync_hierarchical");

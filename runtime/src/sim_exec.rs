@@ -105,6 +105,9 @@ struct Timing {
 impl Timing {
     /// The duration of `rank`'s next gradient, or `None` under the compute model.
     fn next(&mut self, rank: usize, job: &mut Job, workload: &dyn Workload) -> Option<SimDuration> {
+        if matches!(self.mode, GradientTiming::Model) {
+            return None;
+        }
         let k = self.used.per_rank[rank].len();
         let ns = match &self.mode {
             GradientTiming::Model => return None,
