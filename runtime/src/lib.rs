@@ -13,4 +13,5 @@ pub mod protocols;
 pub mod run;
 pub mod runner;
 pub mod sim_exec;
+pub mod testkit;
 pub mod timing;

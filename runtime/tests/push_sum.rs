@@ -1,58 +1,27 @@
 //! Push-sum conserves the sums of weights and of weighted parameters exactly, counting messages
-//! in flight. Driven through a minimal in-test executor of the protocol API, which delivers
-//! messages in an adversarial (seeded, shuffled) order.
+//! in flight. Driven through the protocol test kit's recording contexts by a minimal in-test
+//! executor, which delivers messages and finishes gradients in an adversarial (seeded, shuffled)
+//! order.
 
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::Workload;
 use dsgd_runtime::optimizer::OptimizerConfig;
-use dsgd_runtime::protocol::{Context, JobId, Phase, Protocol};
+use dsgd_runtime::protocol::{JobId, Protocol};
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMode, GossipMsg, GossipNode};
-use dsgd_sim::{SimDuration, SimTime, TimerId};
+use dsgd_runtime::testkit::Recorder;
+use std::sync::Arc;
 
-struct Ctx<'a> {
-    rank: usize,
-    ranks: usize,
-    wl: &'a Quadratic,
-    out: &'a mut Vec<(usize, usize, GossipMsg)>,
-    jobs: &'a mut Vec<(usize, JobId, Vec<f32>)>,
-    next: &'a mut u64,
-}
+type Flight = Vec<(usize, usize, GossipMsg)>;
+type Jobs = Vec<(usize, JobId, Vec<f32>)>;
 
-impl Context<GossipMsg> for Ctx<'_> {
-    fn now(&self) -> SimTime {
-        SimTime::ZERO
-    }
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn ranks(&self) -> usize {
-        self.ranks
-    }
-    fn send(&mut self, to: usize, msg: GossipMsg, _bytes: u64) {
-        self.out.push((self.rank, to, msg));
-    }
-    fn set_timer(&mut self, _after: SimDuration, _tag: u64) -> TimerId {
-        TimerId(0)
-    }
-    fn cancel_timer(&mut self, _timer: TimerId) {}
-    fn start_gradient(&mut self, params: Vec<f32>, _batch: usize) -> JobId {
-        *self.next += 1;
-        let job = dsgd_sim::JobId(*self.next);
-        self.jobs.push((self.rank, job, params));
-        job
-    }
-    fn workload(&self) -> &dyn Workload {
-        self.wl
-    }
-    fn set_phase(&mut self, _phase: Phase) {}
-    fn record_update(&mut self, _staleness: u64) {}
-    fn record_iteration(&mut self, _took: SimDuration) {}
-    fn random(&mut self) -> u64 {
-        *self.next = self.next.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *self.next >> 11
-    }
-    fn absorb(&mut self, _x: u64) {}
-    fn note(&mut self, _what: String) {}
+/// Moves what rank `r`'s last handler sent and started into the shared flight and job lists;
+/// returns how many messages it sent.
+fn collect(r: usize, c: &mut Recorder<GossipMsg>, flight: &mut Flight, jobs: &mut Jobs) -> usize {
+    let sent = c.take_sent();
+    let count = sent.len();
+    flight.extend(sent.into_iter().map(|(to, m, _)| (r, to, m)));
+    jobs.extend(c.take_gradients().into_iter().map(|(job, params, _)| (r, job, params)));
+    count
 }
 
 /// Sum of x (per coordinate) and of w over nodes and messages in flight, exactly (fixed point).
@@ -80,10 +49,12 @@ fn drive(lr: f64, rounds: usize) -> (Vec<(Vec<i128>, i128)>, Vec<i128>) {
     let cfg = GossipConfig { mode: GossipMode::Push, ..Default::default() };
     let opt = OptimizerConfig { lr, ..Default::default() };
     let mut nodes: Vec<GossipNode> = (0..n).map(|_| GossipNode::new(cfg, 4, opt)).collect();
-    let (mut flight, mut jobs, mut next) = (Vec::new(), Vec::new(), 12345u64);
+    let shared: Arc<dyn Workload> = Arc::new(wl.clone());
+    let mut ctxs: Vec<Recorder<GossipMsg>> = (0..n).map(|r| Recorder::new(r, n, shared.clone())).collect();
+    let (mut flight, mut jobs, mut next): (Flight, Jobs, u64) = (Vec::new(), Vec::new(), 12345);
     for (r, node) in nodes.iter_mut().enumerate() {
-        let mut c = Ctx { rank: r, ranks: n, wl: &wl, out: &mut flight, jobs: &mut jobs, next: &mut next };
-        node.on_start(&mut c);
+        node.on_start(&mut ctxs[r]);
+        collect(r, &mut ctxs[r], &mut flight, &mut jobs);
     }
     let mut trace = vec![mass(&nodes, &flight)];
     let mut gradient_mass = vec![0i128; 8];
@@ -93,20 +64,23 @@ fn drive(lr: f64, rounds: usize) -> (Vec<(Vec<i128>, i128)>, Vec<i128>) {
         next = next.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         if step % 3 != 0 && !flight.is_empty() {
             let (from, to, msg) = flight.swap_remove(pick % flight.len());
-            let mut c = Ctx { rank: to, ranks: n, wl: &wl, out: &mut flight, jobs: &mut jobs, next: &mut next };
-            nodes[to].on_message(&mut c, from, msg);
+            nodes[to].on_message(&mut ctxs[to], from, msg);
+            collect(to, &mut ctxs[to], &mut flight, &mut jobs);
         } else if !jobs.is_empty() {
             let (r, job, params) = jobs.swap_remove(pick % jobs.len());
             let before = nodes[r].mass().0.to_vec();
             let mut g = vec![0.0; params.len()];
             wl.gradient(&params, dsgd_models::GradRequest { worker: r, batch: 4, seed: step as u64 }, &mut g);
-            let mut c = Ctx { rank: r, ranks: n, wl: &wl, out: &mut flight, jobs: &mut jobs, next: &mut next };
-            nodes[r].on_gradient(&mut c, job, g, 0.0);
+            nodes[r].on_gradient(&mut ctxs[r], job, g, 0.0);
+            let pushed = collect(r, &mut ctxs[r], &mut flight, &mut jobs);
             // The gradient step's own change of x (before the node halved for gossip).
             let (after, _) = nodes[r].mass();
-            let sent: Vec<i64> = match flight.last() {
-                Some((_, _, GossipMsg::PushSum { x, .. })) => x.clone(),
-                _ => vec![0; 8],
+            let sent: Vec<i64> = match flight[flight.len() - pushed..].iter().find_map(|(_, _, m)| match m {
+                GossipMsg::PushSum { x, .. } => Some(x.clone()),
+                _ => None,
+            }) {
+                Some(x) => x,
+                None => vec![0; 8],
             };
             for i in 0..8 {
                 gradient_mass[i] += after[i] as i128 + sent[i] as i128 - before[i] as i128;

@@ -1,0 +1,126 @@
+//! The protocols' handlers one call at a time, through the recording context of
+//! `dsgd_runtime::testkit` (no executor, no network): what each handler sends, sets and records.
+
+use dsgd_models::quadratic::Quadratic;
+use dsgd_models::Workload;
+use dsgd_runtime::optimizer::OptimizerConfig;
+use dsgd_runtime::protocol::{Phase, Protocol};
+use dsgd_runtime::protocols::async_ps::{PsConfig, PsMsg, Shard};
+use dsgd_runtime::protocols::easgd::{Centre, EasgdConfig, EasgdMsg, EasgdWorker};
+use dsgd_runtime::testkit::Recorder;
+use std::sync::Arc;
+
+fn quadratic() -> Arc<dyn Workload> {
+    Arc::new(Quadratic::new(4, 1.0, 0.1, 1.0, 1.0))
+}
+
+/// The answers (`Params`) a shard sent, by receiver.
+fn answered(ctx: &mut Recorder<PsMsg>) -> Vec<usize> {
+    ctx.take_sent().into_iter().filter(|(_, m, _)| matches!(m, PsMsg::Params { .. })).map(|(to, _, _)| to).collect()
+}
+
+fn push(grad: f32) -> PsMsg {
+    PsMsg::Push { read: 0, grad: vec![grad; 4] }
+}
+
+#[test]
+fn a_shard_holds_back_a_worker_more_than_the_bound_ahead_of_the_slowest() {
+    // Two workers (ranks 0 and 1), one shard (rank 2), bound 1, timeout 5 s.
+    let cfg = PsConfig { shards: 1, staleness_bound: Some(1), timeout_s: 5.0 };
+    let mut shard = Shard::new(0, 1, 2, cfg, OptimizerConfig::default());
+    let mut ctx: Recorder<PsMsg> = Recorder::new(2, 3, quadratic());
+    shard.on_start(&mut ctx);
+    assert_eq!(ctx.phase, Some(Phase::Idle));
+    shard.on_message(ctx.at(0.1), 1, PsMsg::Pull);
+    shard.on_message(ctx.at(0.2), 0, push(0.1));
+    assert_eq!(answered(&mut ctx), [1, 0], "one push ahead of worker 1: within the bound");
+    shard.on_message(ctx.at(0.3), 0, push(0.1));
+    assert_eq!(answered(&mut ctx), Vec::<usize>::new(), "two ahead of worker 1: held");
+    assert_eq!(shard.version(), 2);
+    assert_eq!(ctx.updates, [0, 1], "the second push read version 0 after one update");
+    let release = ctx.timers.last().copied().expect("a release timer");
+    assert_eq!(release.at.as_secs_f64(), 5.3);
+    // Worker 1 pushes: now 1 behind, so worker 0 (2) is within the bound and is answered too.
+    shard.on_message(ctx.at(0.4), 1, push(0.1));
+    assert_eq!(answered(&mut ctx), [1, 0]);
+
+    // Held again (3 pushes against 1), and worker 1 falls silent: after the timeout it no longer
+    // counts as live.
+    shard.on_message(ctx.at(0.5), 0, push(0.1));
+    assert_eq!(answered(&mut ctx), Vec::<usize>::new(), "3 pushes against 1: held");
+    let release = ctx.timers.last().copied().expect("a release timer");
+    assert_eq!(release.at.as_secs_f64(), 5.5);
+    shard.on_timer(ctx.at(3.0), release.tag);
+    assert_eq!(answered(&mut ctx), Vec::<usize>::new(), "worker 1 was heard 2.6 s ago: still live");
+    shard.on_timer(ctx.at(5.5), release.tag);
+    assert_eq!(answered(&mut ctx), [0], "worker 1 silent for 5.1 s: the bound no longer waits for it");
+}
+
+#[test]
+fn an_easgd_exchange_moves_worker_and_centre_toward_each_other_by_alpha() {
+    let cfg = EasgdConfig { tau: 2, alpha: Some(0.25), ..Default::default() };
+    let opt = OptimizerConfig { lr: 0.5, ..Default::default() };
+    let mut worker = EasgdWorker::new(cfg, 8, opt, 2);
+    let mut centre = Centre::new(cfg.alpha_for(2));
+    let (mut w, mut c): (Recorder<EasgdMsg>, Recorder<EasgdMsg>) =
+        (Recorder::new(0, 3, quadratic()), Recorder::new(2, 3, quadratic()));
+    worker.on_start(&mut w);
+    centre.on_start(&mut c);
+    let x0 = quadratic().init();
+    // Two local steps of gradient 1 at lr 0.5: x = x0 - 1, then the exchange (tau = 2).
+    for step in 0..2 {
+        let (job, params, batch) = w.take_gradients().pop().expect("a gradient was started");
+        assert_eq!(batch, 8);
+        assert_eq!(params.len(), 4, "step {step}");
+        worker.on_gradient(&mut w, job, vec![1.0; 4], 0.0);
+    }
+    assert!(w.gradients.is_empty(), "waiting for the centre, not computing");
+    assert_eq!(w.phase, Some(Phase::Communicating));
+    let (to, msg, bytes) = w.take_sent().pop().expect("an exchange");
+    assert_eq!((to, bytes), (2, quadratic().message_bytes()));
+    let EasgdMsg::Exchange { x } = msg.clone() else { panic!("{msg:?}") };
+    let want: Vec<f32> = x0.iter().map(|v| v - 1.0).collect();
+    assert_eq!(x, want);
+    centre.on_message(&mut c, 0, msg);
+    let (to, reply, _) = c.take_sent().pop().expect("a diff");
+    assert_eq!(to, 0);
+    let EasgdMsg::Diff { diff } = reply.clone() else { panic!("{reply:?}") };
+    // diff = alpha (x - c) with c = x0: -0.25 on every coordinate.
+    assert!(diff.iter().all(|&d| (d + 0.25).abs() < 1e-6), "{diff:?}");
+    worker.on_message(&mut w, 2, reply);
+    let (_, after, _) = w.take_gradients().pop().expect("local steps resume");
+    for i in 0..4 {
+        assert!((after[i] - (want[i] + 0.25)).abs() < 1e-6, "worker moved toward the centre");
+    }
+    let centre_now = match centre.view() {
+        dsgd_runtime::protocol::View::Shard { params, .. } => params.to_vec(),
+        _ => panic!("the centre is a shard view"),
+    };
+    for i in 0..4 {
+        assert!((centre_now[i] - (x0[i] - 0.25)).abs() < 1e-6, "centre moved toward the worker");
+        assert!((centre_now[i] + after[i] - (x0[i] + want[i])).abs() < 1e-5, "the sum is conserved");
+    }
+}
+
+#[test]
+fn an_unanswered_easgd_exchange_times_out_once_and_a_late_answer_is_ignored() {
+    let cfg = EasgdConfig { tau: 1, timeout_s: 2.0, ..Default::default() };
+    let mut worker = EasgdWorker::new(cfg, 8, OptimizerConfig::default(), 2);
+    let mut w: Recorder<EasgdMsg> = Recorder::new(0, 3, quadratic());
+    worker.on_start(&mut w);
+    let (job, _, _) = w.take_gradients().pop().unwrap();
+    worker.on_gradient(w.at(1.0), job, vec![0.5; 4], 0.0);
+    let timeout = w.timers.last().copied().expect("a timeout");
+    assert_eq!(timeout.at.as_secs_f64(), 3.0);
+    worker.on_timer(w.at(3.0), timeout.tag);
+    assert_eq!(w.notes, ["elastic exchange timed out; continuing locally"]);
+    let (job, before, _) = w.take_gradients().pop().expect("goes on locally");
+    worker.on_message(w.at(3.5), 2, EasgdMsg::Diff { diff: vec![100.0; 4] });
+    assert!(w.gradients.is_empty(), "the late diff started nothing");
+    worker.on_timer(w.at(4.0), timeout.tag);
+    assert_eq!(w.notes.len(), 1, "the old timer is void");
+    // The late diff changed nothing: the next gradient step starts from `before`.
+    worker.on_gradient(&mut w, job, vec![0.0; 4], 0.0);
+    let (_, EasgdMsg::Exchange { x }, _) = w.take_sent().pop().unwrap() else { panic!("an exchange") };
+    assert_eq!(x, before);
+}
