@@ -7,6 +7,8 @@ use dsgd_runtime::optimizer::OptimizerConfig;
 use dsgd_runtime::protocol::{Phase, Protocol};
 use dsgd_runtime::protocols::async_ps::{PsConfig, PsMsg, Shard};
 use dsgd_runtime::protocols::easgd::{Centre, EasgdConfig, EasgdMsg, EasgdWorker};
+use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMsg, GossipNode};
+use dsgd_runtime::protocols::sync::{view_id, SyncConfig, SyncMsg, SyncWorker};
 use dsgd_runtime::testkit::Recorder;
 use std::sync::Arc;
 
@@ -123,4 +125,121 @@ fn an_unanswered_easgd_exchange_times_out_once_and_a_late_answer_is_ignored() {
     worker.on_gradient(&mut w, job, vec![0.0; 4], 0.0);
     let (_, EasgdMsg::Exchange { x }, _) = w.take_sent().pop().unwrap() else { panic!("an exchange") };
     assert_eq!(x, before);
+}
+
+/// The peers a gossip node sent pull requests to.
+fn pulled(ctx: &mut Recorder<GossipMsg>) -> Vec<usize> {
+    ctx.take_sent().into_iter().filter(|(_, m, _)| *m == GossipMsg::PullRequest).map(|(to, _, _)| to).collect()
+}
+
+#[test]
+fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
+    // Node 0 of 3, pull, uniform peers, one step between exchanges, 1 s timeout.
+    let cfg = GossipConfig { timeout_s: 1.0, ..Default::default() };
+    let mut node = GossipNode::new(cfg, 8, OptimizerConfig::default());
+    let mut ctx: Recorder<GossipMsg> = Recorder::new(0, 3, quadratic());
+    node.on_start(&mut ctx);
+    // Step until a request goes to node 1.
+    let mut t = 0.0;
+    let mut step = |node: &mut GossipNode, ctx: &mut Recorder<GossipMsg>, at: f64| {
+        let (job, _, _) = ctx.take_gradients().pop().expect("computing");
+        node.on_gradient(ctx.at(at), job, vec![0.0; 4], 0.0);
+    };
+    let first = loop {
+        t += 0.1;
+        step(&mut node, &mut ctx, t);
+        if let Some(&p) = pulled(&mut ctx).first() {
+            if p == 1 {
+                break t;
+            }
+            // Node 2 answers at once.
+            node.on_message(ctx.at(t), 2, GossipMsg::PullReply { x: quadratic().init() });
+        }
+    };
+    // While the request is outstanding the node keeps computing but asks no one else.
+    step(&mut node, &mut ctx, first + 0.1);
+    assert!(pulled(&mut ctx).is_empty(), "one request outstanding at most");
+    assert!(!ctx.gradients.is_empty(), "computing while it waits");
+    let timeout = ctx.timers.last().copied().expect("a timeout");
+    assert!((timeout.at.as_secs_f64() - (first + 1.0)).abs() < 1e-9);
+    node.on_timer(ctx.at(first + 1.0), timeout.tag);
+    assert_eq!(ctx.notes, ["peer 1 did not answer; skipping it for a while"]);
+    // For the next four timeouts every request goes to node 2; a late reply from 1 is ignored.
+    node.on_message(ctx.at(first + 1.05), 1, GossipMsg::PullReply { x: vec![1e6; 4] });
+    let mut during = Vec::new();
+    let mut at = first + 1.1;
+    while at < first + 4.9 {
+        step(&mut node, &mut ctx, at);
+        let asked = pulled(&mut ctx);
+        if let Some(&p) = asked.first() {
+            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
+        }
+        during.extend(asked);
+        at += 0.1;
+    }
+    assert!(during.len() > 20 && during.iter().all(|&p| p == 2), "{during:?}");
+    let params = match node.view() {
+        dsgd_runtime::protocol::View::Replica { params, .. } => params.to_vec(),
+        _ => panic!("a replica"),
+    };
+    assert!(params.iter().all(|&x| x.abs() < 10.0), "the late reply was not averaged in: {params:?}");
+    // Afterwards node 1 is a candidate again.
+    let mut after = Vec::new();
+    let mut at = first + 5.1;
+    while at < first + 8.0 {
+        step(&mut node, &mut ctx, at);
+        let asked = pulled(&mut ctx);
+        if let Some(&p) = asked.first() {
+            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
+        }
+        after.extend(asked);
+        at += 0.1;
+    }
+    assert!(after.contains(&1) && after.contains(&2), "{after:?}");
+}
+
+#[test]
+fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
+    // Rank 0 of 3, ring, 1 s timeout; rank 2 is gone, rank 1 answers the probe.
+    let cfg = SyncConfig { timeout_s: 1.0, ..Default::default() };
+    let mut w = SyncWorker::new(cfg, 8, OptimizerConfig::default(), 3);
+    let mut ctx: Recorder<SyncMsg> = Recorder::new(0, 3, quadratic());
+    w.on_start(&mut ctx);
+    let (job, _, _) = ctx.take_gradients().pop().expect("computing");
+    w.on_gradient(ctx.at(0.1), job, vec![1.0; 4], 0.0);
+    let sent = ctx.take_sent();
+    assert!(
+        matches!(&sent[..], [(1, SyncMsg::Chunk { round: 0, iter: 0, .. }, _)]),
+        "the ring's first chunk to the next member: {sent:?}"
+    );
+    let watchdog = *ctx.timers.iter().find(|t| t.at.as_secs_f64() == 1.1).expect("a watchdog for the timeout");
+    w.on_timer(ctx.at(1.1), watchdog.tag);
+    assert_eq!(ctx.notes, ["timeout in iteration 0 (epoch 0)"]);
+    let probes: Vec<usize> = ctx
+        .take_sent()
+        .into_iter()
+        .filter(|(_, m, _)| *m == SyncMsg::Probe { epoch: 1, done: 0 })
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(probes, [1, 2], "the probe goes to every other rank");
+    let end = ctx.timers.last().copied().expect("the probe's end");
+    assert!((end.at.as_secs_f64() - 1.6).abs() < 1e-9, "half a timeout to collect answers");
+    w.on_message(ctx.at(1.2), 1, SyncMsg::Probe { epoch: 1, done: 0 });
+    w.on_timer(ctx.at(1.6), end.tag);
+    assert_eq!(w.members(), [0, 1]);
+    assert_eq!(ctx.notes[1], "epoch 1: members [0, 1] at iteration 0");
+    let sent = ctx.take_sent();
+    // The donor (most iterations, lowest rank: itself) hands its state to the new member, then
+    // the all-reduce of the same gradient restarts among the two, in the new view.
+    let view = view_id(1, &[0, 1]);
+    assert!(matches!(&sent[0], (1, SyncMsg::State(s), _) if s.epoch == 1 && s.done == 0), "{sent:?}");
+    assert!(matches!(&sent[1], (1, SyncMsg::Chunk { view: v, iter: 0, round: 0, .. }, _) if *v == view), "{sent:?}");
+    assert_eq!(sent.len(), 2, "nothing to rank 2: {sent:?}");
+    // A chunk of the old view is ignored; the new view's completes the iteration.
+    w.on_message(ctx.at(1.7), 2, SyncMsg::Chunk { view: view_id(0, &[0, 1, 2]), iter: 0, round: 0, data: vec![] });
+    assert_eq!(w.iterations(), 0);
+    w.on_message(ctx.at(1.7), 1, SyncMsg::Chunk { view, iter: 0, round: 0, data: vec![1.0; 2] });
+    w.on_message(ctx.at(1.8), 1, SyncMsg::Chunk { view, iter: 0, round: 1, data: vec![2.0; 2] });
+    assert_eq!(w.iterations(), 1, "two members: a ring of two rounds");
+    assert_eq!(ctx.iterations.len(), 1, "member 0 records the iteration");
 }
