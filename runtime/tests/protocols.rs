@@ -141,7 +141,7 @@ fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
     node.on_start(&mut ctx);
     // Step until a request goes to node 1.
     let mut t = 0.0;
-    let mut step = |node: &mut GossipNode, ctx: &mut Recorder<GossipMsg>, at: f64| {
+    let step = |node: &mut GossipNode, ctx: &mut Recorder<GossipMsg>, at: f64| {
         let (job, _, _) = ctx.take_gradients().pop().expect("computing");
         node.on_gradient(ctx.at(at), job, vec![0.0; 4], 0.0);
     };
