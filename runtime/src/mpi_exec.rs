@@ -390,6 +390,7 @@ where
     let mut snapshots = Vec::new();
     let mut next_eval = 0usize;
     let mut stop = None;
+    let mut stop_seen: Option<SimTime> = None;
     let mut done_from = vec![false; ranks];
 
     r.with_ctx(|p, c| p.on_start(c));
@@ -406,8 +407,17 @@ where
             stop.get_or_insert(StopReason::SimTime);
             break;
         }
-        if stop.is_some() {
-            break;
+        if let Some(why) = stop {
+            // Told that the iterations are done: finish the last one first (its last chunks may
+            // still be on their way), for at most a second, so that every replica ends after
+            // the same iteration, as in the simulator.
+            let behind = why == StopReason::Iterations
+                && up
+                && r.role.completed_iterations().zip(train.stop.iterations).is_some_and(|(k, n)| k < n);
+            let told = *stop_seen.get_or_insert(now);
+            if !behind || now.saturating_since(told) > SimDuration::from_secs_f64(1.0) {
+                break;
+            }
         }
         // Injected crashes and restarts.
         if up && crashes.first().is_some_and(|c| SimTime::from_secs_f64(c.at_s) <= now) {

@@ -98,6 +98,12 @@ pub trait Protocol {
     fn on_restart(&mut self, ctx: &mut dyn Context<Self::Msg>);
     /// The node's model, for metrics.
     fn view(&self) -> View<'_>;
+    /// Synchronous iterations this rank has completed (`None`, the default: the algorithm has no
+    /// iterations). When a `stop.iterations` rule is met, the simulator lets the members still
+    /// finishing the last iteration finish it before the final evaluation.
+    fn completed_iterations(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A run with two kinds of rank (workers and servers) whose roles share one message type.
@@ -140,5 +146,8 @@ impl<M, W: Protocol<Msg = M>, S: Protocol<Msg = M>> Protocol for Role<W, S> {
     }
     fn view(&self) -> View<'_> {
         both!(self, r => r.view())
+    }
+    fn completed_iterations(&self) -> Option<u64> {
+        both!(self, r => r.completed_iterations())
     }
 }

@@ -382,6 +382,31 @@ impl<P: Protocol> SimExecutor<P> {
         }
     }
 
+    /// Iteration `n` has been recorded at `now` by the member that records iterations; lets the
+    /// other live members that are still finishing it (their last message of the round arrives
+    /// later, or later in the same instant) finish it, for at most one more iteration's time, so
+    /// that the final evaluation sees every replica after `n` iterations. A member that cannot
+    /// finish (cut off, stalled) is left as it is.
+    fn finish_last_iteration(&mut self, n: u64, now: SimTime) -> Result<(), SimError> {
+        let grace = self.metrics.iteration_times.last().copied().unwrap_or_default();
+        let until = now + grace;
+        while !self.every_live_rank_completed(n) {
+            let Some((at, occ)) = self.sim.step_until(until) else { break };
+            self.dispatch(at, occ);
+            if let Some(e) = self.timing.error.take() {
+                return Err(SimError::config("compute.gradient_time", e));
+            }
+        }
+        Ok(())
+    }
+
+    fn every_live_rank_completed(&self, n: u64) -> bool {
+        self.roles
+            .iter()
+            .enumerate()
+            .all(|(r, p)| !self.sim.is_up(r) || p.completed_iterations().is_none_or(|k| k >= n))
+    }
+
     /// Runs to the stopping rule and reports; an error if a replayed recording runs out.
     pub fn run(mut self) -> Result<RunResult, SimError> {
         let stop = self.train.stop;
@@ -411,7 +436,8 @@ impl<P: Protocol> SimExecutor<P> {
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
                 }
-                if stop.iterations.is_some_and(|n| self.metrics.iterations() >= n) {
+                if let Some(n) = stop.iterations.filter(|&n| self.metrics.iterations() >= n) {
+                    self.finish_last_iteration(n, now)?;
                     break StopReason::Iterations;
                 }
                 if stop.updates.is_some_and(|n| self.metrics.updates >= n) {

@@ -707,4 +707,8 @@ impl Protocol for SyncWorker {
             View::Replica { params: (&self.params[..]).into(), weight: 1.0 }
         }
     }
+
+    fn completed_iterations(&self) -> Option<u64> {
+        Some(self.done)
+    }
 }
