@@ -108,6 +108,59 @@ impl Clock {
     }
 }
 
+/// What a rank reports through its context (phases, updates, iterations, notes), kept the same
+/// way by both executors: each builds one over its own clock and counters for the call.
+pub(crate) struct Ledger<'a> {
+    pub rank: usize,
+    pub clock: &'a mut Clock,
+    pub metrics: &'a mut Metrics,
+    pub window: SimTime,
+}
+
+impl Ledger<'_> {
+    /// The rank enters `phase` at `now` (nothing if it is in it already).
+    pub fn phase(&mut self, now: SimTime, phase: Phase) {
+        if self.clock.state != State::Phase(phase) {
+            self.clock.switch(now, State::Phase(phase), self.rank, self.window, &mut self.metrics.timeline);
+        }
+    }
+    /// An update applied with this staleness.
+    pub fn update(&mut self, staleness: u64) {
+        self.metrics.record_update(staleness);
+    }
+    /// A synchronous iteration that took `took`.
+    pub fn iteration(&mut self, took: SimDuration) {
+        self.metrics.iteration_times.push(took);
+    }
+    /// A line for the run's log.
+    pub fn note(&mut self, now: SimTime, what: String) {
+        self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: self.rank, what });
+    }
+}
+
+/// The reporting methods of [`crate::protocol::Context`] (`set_phase`, `record_update`,
+/// `record_iteration`, `note`), written once for every executor's context that has
+/// `fn ledger(&mut self) -> Ledger<'_>`.
+macro_rules! report_through_ledger {
+    () => {
+        fn set_phase(&mut self, phase: Phase) {
+            let now = self.now();
+            self.ledger().phase(now, phase);
+        }
+        fn record_update(&mut self, staleness: u64) {
+            self.ledger().update(staleness);
+        }
+        fn record_iteration(&mut self, took: SimDuration) {
+            self.ledger().iteration(took);
+        }
+        fn note(&mut self, what: String) {
+            let now = self.now();
+            self.ledger().note(now, what);
+        }
+    };
+}
+pub(crate) use report_through_ledger;
+
 /// Counters gathered during a run.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {

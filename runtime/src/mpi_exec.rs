@@ -20,7 +20,7 @@
 //!   so the run's `metrics.csv` has the simulator's format with wall-clock times.
 
 use crate::consensus::consensus_of;
-use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State, TimeBreakdown};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
 use crate::sim_exec::{RunResult, StopReason};
@@ -175,6 +175,12 @@ fn now_of(start: Instant) -> SimTime {
     SimTime(start.elapsed().as_nanos() as u64)
 }
 
+impl<M> RealCtx<'_, M> {
+    fn ledger(&mut self) -> Ledger<'_> {
+        Ledger { rank: self.rank, clock: self.clock, metrics: self.metrics, window: self.window }
+    }
+}
+
 impl<M: Serialize> Context<M> for RealCtx<'_, M> {
     fn now(&self) -> SimTime {
         now_of(self.start)
@@ -210,34 +216,17 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
         let now = self.now();
         let at_least = Duration::from_nanos(self.model.step_time(self.rank, now, 1.0).as_nanos());
         let _ = self.compute.send(GradJob { job, inc: self.inc, params, batch, seed, at_least });
-        if self.clock.state != State::Phase(Phase::Computing) {
-            self.clock.switch(now, State::Phase(Phase::Computing), self.rank, self.window, &mut self.metrics.timeline);
-        }
+        self.ledger().phase(now, Phase::Computing);
         dsgd_sim::JobId(job)
     }
     fn workload(&self) -> &dyn Workload {
         self.workload
     }
-    fn set_phase(&mut self, phase: Phase) {
-        if self.clock.state != State::Phase(phase) {
-            let now = self.now();
-            self.clock.switch(now, State::Phase(phase), self.rank, self.window, &mut self.metrics.timeline);
-        }
-    }
-    fn record_update(&mut self, staleness: u64) {
-        self.metrics.record_update(staleness);
-    }
-    fn record_iteration(&mut self, took: SimDuration) {
-        self.metrics.iteration_times.push(took);
-    }
+    report_through_ledger!();
     fn random(&mut self) -> u64 {
         self.proto_rng.next_u64()
     }
     fn absorb(&mut self, _x: u64) {}
-    fn note(&mut self, what: String) {
-        let time_s = self.now().as_secs_f64();
-        self.metrics.notes.push(Note { time_s, rank: self.rank, what });
-    }
 }
 
 /// The per-rank state the loop owns.

@@ -7,7 +7,7 @@
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
-use crate::metrics::{Clock, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State, TimeBreakdown};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
 use crate::timing::{GradientTiming, Recording};
@@ -163,6 +163,12 @@ struct Ctx<'a, M> {
     timing: &'a mut Timing,
 }
 
+impl<M> Ctx<'_, M> {
+    fn ledger(&mut self) -> Ledger<'_> {
+        Ledger { rank: self.rank, clock: self.clock, metrics: self.metrics, window: self.window }
+    }
+}
+
 impl<M> Context<M> for Ctx<'_, M> {
     fn now(&self) -> SimTime {
         self.sim.now()
@@ -192,39 +198,19 @@ impl<M> Context<M> for Ctx<'_, M> {
         }
         .expect("a live node computes");
         self.jobs.insert(job.0, j);
-        if self.clock.state != State::Phase(Phase::Computing) {
-            self.clock.switch(
-                self.sim.now(),
-                State::Phase(Phase::Computing),
-                self.rank,
-                self.window,
-                &mut self.metrics.timeline,
-            );
-        }
+        let now = self.sim.now();
+        self.ledger().phase(now, Phase::Computing);
         job
     }
     fn workload(&self) -> &dyn Workload {
         self.workload
     }
-    fn set_phase(&mut self, phase: Phase) {
-        if self.clock.state != State::Phase(phase) {
-            self.clock.switch(self.sim.now(), State::Phase(phase), self.rank, self.window, &mut self.metrics.timeline);
-        }
-    }
-    fn record_update(&mut self, staleness: u64) {
-        self.metrics.record_update(staleness);
-    }
-    fn record_iteration(&mut self, took: SimDuration) {
-        self.metrics.iteration_times.push(took);
-    }
+    report_through_ledger!();
     fn random(&mut self) -> u64 {
         self.proto_rng.next_u64()
     }
     fn absorb(&mut self, x: u64) {
         self.sim.absorb(x);
-    }
-    fn note(&mut self, what: String) {
-        self.metrics.notes.push(Note { time_s: self.sim.now().as_secs_f64(), rank: self.rank, what });
     }
 }
 

@@ -34,17 +34,22 @@ fn sync_ring_iteration_takes_compute_plus_the_ring_cost() {
     }
 }
 
+/// The cost model of 20 µs, 25 Gb/s NICs, `core_us` across the core and uplinks of `uplink_gbps`.
+fn cost_20us_25gbps(core_us: u64, uplink_gbps: Option<f64>) -> CostModel {
+    CostModel {
+        latency: SimDuration::from_micros(20),
+        bandwidth: Bandwidth::from_gbps(25.0),
+        gamma_ns_per_byte: 0.0,
+        core_latency: SimDuration::from_micros(core_us),
+        uplink: uplink_gbps.map(Bandwidth::from_gbps),
+    }
+}
+
 #[test]
 fn tree_halving_doubling_and_analytic_match_their_costs() {
     let params = 2_500_000; // 10 MB
     let bytes = 4 * params as u64;
-    let cost = CostModel {
-        latency: SimDuration::from_micros(20),
-        bandwidth: Bandwidth::from_gbps(25.0),
-        gamma_ns_per_byte: 0.0,
-        core_latency: SimDuration::ZERO,
-        uplink: None,
-    };
+    let cost = cost_20us_25gbps(0, None);
     for n in [4usize, 8] {
         for (kind, expected) in [
             (CollectiveKind::Tree, cost.tree(n, bytes)),
@@ -178,13 +183,7 @@ fn the_hierarchical_all_reduce_matches_its_closed_form() {
     let params = 2_500_000;
     let s = 4.0 * params as f64;
     let (alpha, b) = (20e-6, 25e9 / 8.0);
-    let cost = CostModel {
-        latency: SimDuration::from_micros(20),
-        bandwidth: Bandwidth::from_gbps(25.0),
-        gamma_ns_per_byte: 0.0,
-        core_latency: SimDuration::ZERO,
-        uplink: None,
-    };
+    let cost = cost_20us_25gbps(0, None);
     for (g, r) in [(4usize, 2usize), (4, 4), (8, 3), (2, 8), (3, 5), (16, 1), (1, 6)] {
         let (gf, rf) = (g as f64, r as f64);
         let closed = 2.0 * (gf - 1.0) * (alpha + s / (gf * b)) + 2.0 * (rf - 1.0) * (alpha + s / (gf * rf * b));
@@ -210,13 +209,7 @@ fn racks_give_the_hierarchical_groups_and_charge_the_core() {
     let params = 2_500_000;
     for (g, r) in [(1usize, 6usize), (16, 1), (1, 3)] {
         let sim = racks(g, 10.0, 30);
-        let cost = CostModel {
-            latency: SimDuration::from_micros(20),
-            bandwidth: Bandwidth::from_gbps(25.0),
-            gamma_ns_per_byte: 0.0,
-            core_latency: SimDuration::from_micros(30),
-            uplink: Some(Bandwidth::from_gbps(10.0)),
-        };
+        let cost = cost_20us_25gbps(30, Some(10.0));
         let groups = dsgd_runtime::collectives::Groups::consecutive(g * r, g);
         let closed = cost.hierarchical(&groups, 4 * params as u64).as_secs_f64();
         for kind in [CollectiveKind::Hierarchical, CollectiveKind::AnalyticHierarchical] {
@@ -245,13 +238,7 @@ fn an_oversubscribed_core_slows_the_hierarchical_all_reduce_as_its_cost_says() {
     for (g, r, u) in [(8usize, 4usize, 25.0), (4, 4, 12.5), (8, 3, 6.25)] {
         let sim = racks(g, u, 30);
         let groups = dsgd_runtime::collectives::Groups::consecutive(g * r, g);
-        let cost = CostModel {
-            latency: SimDuration::from_micros(20),
-            bandwidth: Bandwidth::from_gbps(25.0),
-            gamma_ns_per_byte: 0.0,
-            core_latency: SimDuration::from_micros(30),
-            uplink: Some(Bandwidth::from_gbps(u)),
-        };
+        let cost = cost_20us_25gbps(30, Some(u));
         let closed = cost.hierarchical(&groups, 4 * params as u64).as_secs_f64();
         let non_blocking = CostModel { uplink: None, ..cost }.hierarchical(&groups, 4 * params as u64).as_secs_f64();
         assert!(closed > 1.5 * non_blocking, "{closed} vs {non_blocking}");

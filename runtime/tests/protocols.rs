@@ -132,6 +132,24 @@ fn pulled(ctx: &mut Recorder<GossipMsg>) -> Vec<usize> {
     ctx.take_sent().into_iter().filter(|(_, m, _)| *m == GossipMsg::PullRequest).map(|(to, _, _)| to).collect()
 }
 
+/// Gradient steps every 0.1 s from `from` until `until`, each pull answered at once by the peer
+/// asked; returns the peers asked, in order.
+fn steps_answered(node: &mut GossipNode, ctx: &mut Recorder<GossipMsg>, from: f64, until: f64) -> Vec<usize> {
+    let mut asked = Vec::new();
+    let mut at = from;
+    while at < until {
+        let (job, _, _) = ctx.take_gradients().pop().expect("computing");
+        node.on_gradient(ctx.at(at), job, vec![0.0; 4], 0.0);
+        let now = pulled(ctx);
+        if let Some(&p) = now.first() {
+            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
+        }
+        asked.extend(now);
+        at += 0.1;
+    }
+    asked
+}
+
 #[test]
 fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
     // Node 0 of 3, pull, uniform peers, one step between exchanges, 1 s timeout.
@@ -166,17 +184,7 @@ fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
     assert_eq!(ctx.notes, ["peer 1 did not answer; skipping it for a while"]);
     // For the next four timeouts every request goes to node 2; a late reply from 1 is ignored.
     node.on_message(ctx.at(first + 1.05), 1, GossipMsg::PullReply { x: vec![1e6; 4] });
-    let mut during = Vec::new();
-    let mut at = first + 1.1;
-    while at < first + 4.9 {
-        step(&mut node, &mut ctx, at);
-        let asked = pulled(&mut ctx);
-        if let Some(&p) = asked.first() {
-            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
-        }
-        during.extend(asked);
-        at += 0.1;
-    }
+    let during = steps_answered(&mut node, &mut ctx, first + 1.1, first + 4.9);
     assert!(during.len() > 20 && during.iter().all(|&p| p == 2), "{during:?}");
     let params = match node.view() {
         dsgd_runtime::protocol::View::Replica { params, .. } => params.to_vec(),
@@ -184,17 +192,7 @@ fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
     };
     assert!(params.iter().all(|&x| x.abs() < 10.0), "the late reply was not averaged in: {params:?}");
     // Afterwards node 1 is a candidate again.
-    let mut after = Vec::new();
-    let mut at = first + 5.1;
-    while at < first + 8.0 {
-        step(&mut node, &mut ctx, at);
-        let asked = pulled(&mut ctx);
-        if let Some(&p) = asked.first() {
-            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
-        }
-        after.extend(asked);
-        at += 0.1;
-    }
+    let after = steps_answered(&mut node, &mut ctx, first + 5.1, first + 8.0);
     assert!(after.contains(&1) && after.contains(&2), "{after:?}");
 }
 
