@@ -145,7 +145,7 @@ struct RealCtx<'a, M> {
     rank: usize,
     ranks: usize,
     start: Instant,
-    out: &'a mpsc::Sender<(i32, i32, Vec<u8>)>,
+    out: &'a Outbox,
     compute: &'a mpsc::Sender<GradJob>,
     model: &'a mut ComputeModel,
     timers: &'a mut BTreeMap<(u64, u64), u64>,
@@ -229,13 +229,16 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
     fn absorb(&mut self, _x: u64) {}
 }
 
+/// Where a rank puts (receiver, tag, bytes) for the sender thread.
+type Outbox = mpsc::Sender<(i32, i32, Vec<u8>)>;
+
 /// The per-rank state the loop owns.
 struct Rank<P: Protocol> {
     role: P,
     rank: usize,
     ranks: usize,
     start: Instant,
-    out: mpsc::Sender<(i32, i32, Vec<u8>)>,
+    out: Outbox,
     compute: mpsc::Sender<GradJob>,
     model: ComputeModel,
     timers: BTreeMap<(u64, u64), u64>,
@@ -256,6 +259,41 @@ impl<P: Protocol> Rank<P>
 where
     P::Msg: Serialize,
 {
+    /// Rank `me` of `ranks`, started at `start`, sending through `out` and computing through
+    /// `compute`.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        role: P,
+        (me, ranks): (usize, usize),
+        start: Instant,
+        (out, compute): (Outbox, mpsc::Sender<GradJob>),
+        model: ComputeModel,
+        workload: Arc<dyn Workload>,
+        streams: &Streams,
+        timeline_s: f64,
+    ) -> Self {
+        Rank {
+            role,
+            rank: me,
+            ranks,
+            start,
+            out,
+            compute,
+            model,
+            timers: BTreeMap::new(),
+            timer_keys: BTreeMap::new(),
+            next_timer: 0,
+            next_job: 0,
+            inc: 0,
+            workload,
+            data_rng: streams.stream("data", me as u64),
+            proto_rng: streams.stream("protocol", me as u64),
+            clock: Clock::new(),
+            metrics: Metrics::default(),
+            window: SimTime::from_secs_f64(timeline_s),
+            sent: (0, 0),
+        }
+    }
     fn with_ctx(&mut self, f: impl FnOnce(&mut P, &mut dyn Context<P::Msg>)) {
         let mut ctx = RealCtx {
             rank: self.rank,
@@ -348,196 +386,19 @@ where
 
     world.barrier();
     let start = Instant::now();
-    let mut r = Rank {
-        role,
-        rank: me,
-        ranks,
-        start,
-        out: out_tx,
-        compute: job_tx,
-        model,
-        timers: BTreeMap::new(),
-        timer_keys: BTreeMap::new(),
-        next_timer: 0,
-        next_job: 0,
-        inc: 0,
-        workload,
-        data_rng: streams.stream("data", me as u64),
-        proto_rng: streams.stream("protocol", me as u64),
-        clock: Clock::new(),
-        metrics: Metrics::default(),
-        window: SimTime::from_secs_f64(train.timeline_s),
-        sent: (0, 0),
-    };
-    let end = SimTime::from_secs_f64(train.stop.sim_time_s);
-    let every = SimDuration::from_secs_f64(train.eval_every_s).max(SimDuration(1));
-    let mut crashes: Vec<RealCrash> = cfg.crashes.iter().filter(|c| c.node == me).copied().collect();
-    crashes.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-    let mut up = true;
-    let mut restart_at: Option<SimTime> = None;
-    let (mut crash_count, mut restart_count, mut delivered) = (0u64, 0u64, 0u64);
-    let mut snapshots = Vec::new();
-    let mut next_eval = 0usize;
-    let mut stop = None;
-    let mut stop_seen: Option<SimTime> = None;
-    let mut done_from = vec![false; ranks];
-
-    r.with_ctx(|p, c| p.on_start(c));
-    loop {
-        let now = now_of(start);
-        let mut busy = false;
-        // Evaluation snapshots, taken locally at every multiple of `every`.
-        while SimTime(every.as_nanos() * next_eval as u64) <= now.min(end) {
-            let view = if up { OwnedView::of(r.role.view()) } else { OwnedView::Nothing };
-            snapshots.push((next_eval, r.metrics.updates, up, view));
-            next_eval += 1;
-        }
-        if now >= end {
-            stop.get_or_insert(StopReason::SimTime);
-            break;
-        }
-        if let Some(why) = stop {
-            // Told that the iterations are done: finish the last one first (its last chunks may
-            // still be on their way), for at most a second, so that every replica ends after
-            // the same iteration, as in the simulator.
-            let behind = why == StopReason::Iterations
-                && up
-                && r.role.completed_iterations().zip(train.stop.iterations).is_some_and(|(k, n)| k < n);
-            let told = *stop_seen.get_or_insert(now);
-            if !behind || now.saturating_since(told) > SimDuration::from_secs_f64(1.0) {
-                break;
-            }
-        }
-        // Injected crashes and restarts.
-        if up && crashes.first().is_some_and(|c| SimTime::from_secs_f64(c.at_s) <= now) {
-            let c = crashes.remove(0);
-            up = false;
-            crash_count += 1;
-            r.inc += 1;
-            r.timers.clear();
-            r.timer_keys.clear();
-            r.switch(State::Crashed);
-            r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "crashed".into() });
-            r.role.on_crash();
-            restart_at = c.restart_s.map(SimTime::from_secs_f64);
-        }
-        if !up && restart_at.is_some_and(|t| t <= now) {
-            up = true;
-            restart_at = None;
-            restart_count += 1;
-            r.switch(State::Phase(Phase::Idle));
-            r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "restarted".into() });
-            r.with_ctx(|p, c| {
-                p.on_restart(c);
-                p.on_start(c);
-            });
-        }
-        // Timers due.
-        while let Some((&(at, id), &tag)) = r.timers.first_key_value() {
-            if at > now_of(start).as_nanos() {
-                break;
-            }
-            r.timers.remove(&(at, id));
-            r.timer_keys.remove(&id);
-            busy = true;
-            r.with_ctx(|p, c| p.on_timer(c, tag));
-        }
-        // Finished gradients.
-        while let Ok(d) = done_rx.try_recv() {
-            busy = true;
-            if d.inc != r.inc || !up {
-                continue;
-            }
-            r.metrics.gradients += 1;
-            r.switch(State::Phase(Phase::Idle));
-            r.with_ctx(|p, c| p.on_gradient(c, dsgd_sim::JobId(d.job), d.grad, d.loss));
-        }
-        // Messages.
-        while let Some((buf, status)) = try_receive(world) {
-            busy = true;
-            match status.tag() {
-                DATA if up => {
-                    delivered += 1;
-                    let m: P::Msg = decode(&buf);
-                    let from = status.source_rank() as usize;
-                    r.with_ctx(|p, c| p.on_message(c, from, m));
-                }
-                STOP => {
-                    let why: StopReason = decode(&buf);
-                    stop.get_or_insert(why);
-                }
-                // A rank that stopped first has sent its last message: it has stopped, so do we.
-                DONE => {
-                    done_from[status.source_rank() as usize] = true;
-                    stop.get_or_insert(StopReason::SimTime);
-                }
-                _ => {}
-            }
-        }
-        let iterations = r.metrics.iterations();
-        let hit = if train.stop.iterations.is_some_and(|n| iterations >= n) {
-            Some(StopReason::Iterations)
-        } else if train.stop.updates.is_some_and(|n| r.metrics.updates >= n) {
-            Some(StopReason::Updates)
-        } else {
-            None
-        };
-        if let (Some(why), None) = (hit, stop) {
-            stop = Some(why);
-            for to in (0..ranks).filter(|&t| t != me) {
-                let _ = r.out.send((to as i32, STOP, encode(&why)));
-            }
-        }
-        if !busy {
-            std::thread::sleep(Duration::from_micros(20));
-        }
-    }
+    let channels = (out_tx, job_tx);
+    let r = Rank::new(role, (me, ranks), start, channels, model, workload, &streams, train.timeline_s);
+    let mut l = Loop::new(r, train, cfg, done_rx);
+    l.r.with_ctx(|p, c| p.on_start(c));
+    while l.step(world) {}
     let end_time = now_of(start);
-    let state = r.clock.state;
-    r.switch(state);
-    let final_view = if up { OwnedView::of(r.role.view()) } else { OwnedView::Nothing };
-
-    // Announce the last message, then drain until every other rank has announced its own.
-    for to in (0..ranks).filter(|&t| t != me) {
-        let _ = r.out.send((to as i32, DONE, Vec::new()));
-    }
-    drop(r.out);
-    drop(r.compute);
-    done_from[me] = true;
-    while !done_from.iter().all(|&d| d) || !sender.is_finished() {
-        match try_receive(world) {
-            Some((_, status)) => {
-                if status.tag() == DONE {
-                    done_from[status.source_rank() as usize] = true;
-                }
-            }
-            None => std::thread::sleep(Duration::from_micros(50)),
-        }
-    }
-    sender.join().map_err(|_| "the sender thread panicked".to_string())?;
-    drop(done_rx);
+    let state = l.r.clock.state;
+    l.r.switch(state);
+    let final_view = if l.up { OwnedView::of(l.r.role.view()) } else { OwnedView::Nothing };
+    l.drain(world, sender)?;
     computer.join().map_err(|_| "the compute thread panicked".to_string())?;
     world.barrier();
-
-    let report = Report {
-        updates: r.metrics.updates,
-        gradients: r.metrics.gradients,
-        staleness: r.metrics.staleness.clone(),
-        iteration_ns: r.metrics.iteration_times.iter().map(|d| d.as_nanos()).collect(),
-        notes: r.metrics.notes.clone(),
-        timeline: r.metrics.timeline.clone(),
-        times: r.clock.times,
-        snapshots,
-        final_view,
-        up,
-        end_s: end_time.as_secs_f64(),
-        messages_sent: r.sent.0,
-        messages_delivered: delivered,
-        bytes_sent: r.sent.1,
-        crashes: crash_count,
-        restarts: restart_count,
-        stop,
-    };
+    let report = l.report(end_time, final_view);
     if me != 0 {
         world.process_at_rank(0).send_with_tag(&encode(&report)[..], REPORT);
         world.barrier();
@@ -549,7 +410,259 @@ where
         reports.push(decode(&buf));
     }
     world.barrier();
-    Ok(Some(assemble(reports, &*r.workload, &train, every)))
+    Ok(Some(assemble(reports, &*l.r.workload, &train, l.every)))
+}
+
+/// A rank's main loop and what it keeps between rounds: one method a phase of a round.
+struct Loop<P: Protocol> {
+    r: Rank<P>,
+    train: TrainConfig,
+    end: SimTime,
+    every: SimDuration,
+    /// This rank's injected crashes still to come, in time order.
+    crashes: Vec<RealCrash>,
+    up: bool,
+    restart_at: Option<SimTime>,
+    crash_count: u64,
+    restart_count: u64,
+    delivered: u64,
+    /// (evaluation index, updates, up, model view) at every multiple of `every`.
+    snapshots: Vec<(usize, u64, bool, OwnedView)>,
+    next_eval: usize,
+    stop: Option<StopReason>,
+    /// When this rank learnt that the run stops.
+    stop_seen: Option<SimTime>,
+    /// Ranks that announced their last message.
+    done_from: Vec<bool>,
+    done_rx: mpsc::Receiver<GradDone>,
+}
+
+impl<P: Protocol> Loop<P>
+where
+    P::Msg: Serialize + DeserializeOwned,
+{
+    fn new(r: Rank<P>, train: TrainConfig, cfg: &RealConfig, done_rx: mpsc::Receiver<GradDone>) -> Self {
+        let mut crashes: Vec<RealCrash> = cfg.crashes.iter().filter(|c| c.node == r.rank).copied().collect();
+        crashes.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let ranks = r.ranks;
+        Loop {
+            r,
+            train,
+            end: SimTime::from_secs_f64(train.stop.sim_time_s),
+            every: SimDuration::from_secs_f64(train.eval_every_s).max(SimDuration(1)),
+            crashes,
+            up: true,
+            restart_at: None,
+            crash_count: 0,
+            restart_count: 0,
+            delivered: 0,
+            snapshots: Vec::new(),
+            next_eval: 0,
+            stop: None,
+            stop_seen: None,
+            done_from: vec![false; ranks],
+            done_rx,
+        }
+    }
+
+    /// One round: snapshots, the stopping check, faults, timers, gradients, messages and the
+    /// stopping rule; false when the rank leaves the loop.
+    fn step(&mut self, world: &SimpleCommunicator) -> bool {
+        let now = now_of(self.r.start);
+        self.snapshot(now);
+        if self.leaving(now) {
+            return false;
+        }
+        self.inject_faults(now);
+        let busy = self.timers() | self.gradients() | self.messages(world);
+        self.apply_stop_rule();
+        if !busy {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        true
+    }
+
+    /// Evaluation snapshots, taken locally at every multiple of `every`.
+    fn snapshot(&mut self, now: SimTime) {
+        while SimTime(self.every.as_nanos() * self.next_eval as u64) <= now.min(self.end) {
+            let view = if self.up { OwnedView::of(self.r.role.view()) } else { OwnedView::Nothing };
+            self.snapshots.push((self.next_eval, self.r.metrics.updates, self.up, view));
+            self.next_eval += 1;
+        }
+    }
+
+    /// True when the rank stops: at the wall-time limit, or once told to stop. Told that the
+    /// iterations are done, it first finishes its own last one (its last chunks may still be on
+    /// their way), for at most a second, so that every replica ends after the same iteration, as
+    /// in the simulator.
+    fn leaving(&mut self, now: SimTime) -> bool {
+        if now >= self.end {
+            self.stop.get_or_insert(StopReason::SimTime);
+            return true;
+        }
+        let Some(why) = self.stop else { return false };
+        let behind = why == StopReason::Iterations
+            && self.up
+            && self.r.role.completed_iterations().zip(self.train.stop.iterations).is_some_and(|(k, n)| k < n);
+        let told = *self.stop_seen.get_or_insert(now);
+        !behind || now.saturating_since(told) > SimDuration::from_secs_f64(1.0)
+    }
+
+    /// Injected crashes and restarts due by `now`.
+    fn inject_faults(&mut self, now: SimTime) {
+        let me = self.r.rank;
+        if self.up && self.crashes.first().is_some_and(|c| SimTime::from_secs_f64(c.at_s) <= now) {
+            let c = self.crashes.remove(0);
+            self.up = false;
+            self.crash_count += 1;
+            self.r.inc += 1;
+            self.r.timers.clear();
+            self.r.timer_keys.clear();
+            self.r.switch(State::Crashed);
+            self.r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "crashed".into() });
+            self.r.role.on_crash();
+            self.restart_at = c.restart_s.map(SimTime::from_secs_f64);
+        }
+        if !self.up && self.restart_at.is_some_and(|t| t <= now) {
+            self.up = true;
+            self.restart_at = None;
+            self.restart_count += 1;
+            self.r.switch(State::Phase(Phase::Idle));
+            self.r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "restarted".into() });
+            self.r.with_ctx(|p, c| {
+                p.on_restart(c);
+                p.on_start(c);
+            });
+        }
+    }
+
+    /// Fires the timers that are due; true if any fired.
+    fn timers(&mut self) -> bool {
+        let mut busy = false;
+        while let Some((&(at, id), &tag)) = self.r.timers.first_key_value() {
+            if at > now_of(self.r.start).as_nanos() {
+                break;
+            }
+            self.r.timers.remove(&(at, id));
+            self.r.timer_keys.remove(&id);
+            busy = true;
+            self.r.with_ctx(|p, c| p.on_timer(c, tag));
+        }
+        busy
+    }
+
+    /// Hands finished gradients (of this incarnation) to the protocol; true if any came back.
+    fn gradients(&mut self) -> bool {
+        let mut busy = false;
+        while let Ok(d) = self.done_rx.try_recv() {
+            busy = true;
+            if d.inc != self.r.inc || !self.up {
+                continue;
+            }
+            self.r.metrics.gradients += 1;
+            self.r.switch(State::Phase(Phase::Idle));
+            self.r.with_ctx(|p, c| p.on_gradient(c, dsgd_sim::JobId(d.job), d.grad, d.loss));
+        }
+        busy
+    }
+
+    /// Delivers waiting messages and notes stop and last-message announcements; true if any.
+    fn messages(&mut self, world: &SimpleCommunicator) -> bool {
+        let mut busy = false;
+        while let Some((buf, status)) = try_receive(world) {
+            busy = true;
+            match status.tag() {
+                DATA if self.up => {
+                    self.delivered += 1;
+                    let m: P::Msg = decode(&buf);
+                    let from = status.source_rank() as usize;
+                    self.r.with_ctx(|p, c| p.on_message(c, from, m));
+                }
+                STOP => {
+                    let why: StopReason = decode(&buf);
+                    self.stop.get_or_insert(why);
+                }
+                // A rank that stopped first has sent its last message: it has stopped, so do we.
+                DONE => {
+                    self.done_from[status.source_rank() as usize] = true;
+                    self.stop.get_or_insert(StopReason::SimTime);
+                }
+                _ => {}
+            }
+        }
+        busy
+    }
+
+    /// A rank that meets the iteration or update rule tells the others.
+    fn apply_stop_rule(&mut self) {
+        let stop = &self.train.stop;
+        let hit = if stop.iterations.is_some_and(|n| self.r.metrics.iterations() >= n) {
+            Some(StopReason::Iterations)
+        } else if stop.updates.is_some_and(|n| self.r.metrics.updates >= n) {
+            Some(StopReason::Updates)
+        } else {
+            None
+        };
+        if let (Some(why), None) = (hit, self.stop) {
+            self.stop = Some(why);
+            for to in (0..self.r.ranks).filter(|&t| t != self.r.rank) {
+                let _ = self.r.out.send((to as i32, STOP, encode(&why)));
+            }
+        }
+    }
+
+    /// Announces the last message, then drains until every other rank has announced its own and
+    /// the sender thread has sent everything.
+    fn drain(&mut self, world: &SimpleCommunicator, sender: std::thread::JoinHandle<()>) -> Result<(), String> {
+        let me = self.r.rank;
+        for to in (0..self.r.ranks).filter(|&t| t != me) {
+            let _ = self.r.out.send((to as i32, DONE, Vec::new()));
+        }
+        // Closing the channels ends the sender and compute threads once they are done.
+        let (closed_out, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.r.out, closed_out));
+        let (closed_jobs, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.r.compute, closed_jobs));
+        self.done_from[me] = true;
+        while !self.done_from.iter().all(|&d| d) || !sender.is_finished() {
+            match try_receive(world) {
+                Some((_, status)) => {
+                    if status.tag() == DONE {
+                        self.done_from[status.source_rank() as usize] = true;
+                    }
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+        sender.join().map_err(|_| "the sender thread panicked".to_string())?;
+        let (_, closed_done) = mpsc::channel();
+        drop(std::mem::replace(&mut self.done_rx, closed_done));
+        Ok(())
+    }
+
+    /// This rank's report for rank 0.
+    fn report(&mut self, end_time: SimTime, final_view: OwnedView) -> Report {
+        let r = &mut self.r;
+        Report {
+            updates: r.metrics.updates,
+            gradients: r.metrics.gradients,
+            staleness: r.metrics.staleness.clone(),
+            iteration_ns: r.metrics.iteration_times.iter().map(|d| d.as_nanos()).collect(),
+            notes: r.metrics.notes.clone(),
+            timeline: r.metrics.timeline.clone(),
+            times: r.clock.times,
+            snapshots: std::mem::take(&mut self.snapshots),
+            final_view,
+            up: self.up,
+            end_s: end_time.as_secs_f64(),
+            messages_sent: r.sent.0,
+            messages_delivered: self.delivered,
+            bytes_sent: r.sent.1,
+            crashes: self.crash_count,
+            restarts: self.restart_count,
+            stop: self.stop,
+        }
+    }
 }
 
 /// Rank 0 turns every rank's report into the run's result.
