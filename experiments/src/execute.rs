@@ -2,8 +2,8 @@
 
 use crate::output::{metrics_csv, timeline_csv, Staging, Summary};
 use crate::spec::Spec;
+use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::runner;
-use dsgd_runtime::sim_exec::RunResult;
 use dsgd_runtime::timing::{GradientTiming, Recording};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

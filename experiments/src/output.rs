@@ -4,7 +4,7 @@
 
 use crate::spec::Spec;
 use dsgd_runtime::metrics::{Note, Sample, TimeBreakdown};
-use dsgd_runtime::sim_exec::{RunResult, StopReason};
+use dsgd_runtime::outcome::{RunResult, StopReason};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -8,6 +8,7 @@ pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;
 pub mod optimizer;
+pub mod outcome;
 pub mod protocol;
 pub mod protocols;
 pub mod run;

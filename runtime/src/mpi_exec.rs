@@ -21,9 +21,9 @@
 
 use crate::consensus::consensus_of;
 use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
-use crate::sim_exec::{RunResult, StopReason};
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::compute::ComputeModel;
 use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams, TimerId};

@@ -4,13 +4,14 @@
 //! (`workers..workers+shards`), and so does EASGD's centre (`workers`). Faults and per-node
 //! settings in the engine's configuration name ranks in this layout.
 
+use crate::outcome::RunResult;
 use crate::protocol::{Protocol, Role};
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
 use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
 use crate::protocols::gossip::{GossipConfig, GossipNode};
 use crate::protocols::sync::{SyncConfig, SyncWorker};
 use crate::run::TrainConfig;
-use crate::sim_exec::{RunResult, SimExecutor};
+use crate::sim_exec::SimExecutor;
 use crate::timing::GradientTiming;
 use dsgd_models::Workload;
 use dsgd_sim::{NetworkConfig, SimConfig, SimError};

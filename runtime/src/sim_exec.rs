@@ -7,12 +7,13 @@
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
-use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State};
+use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::run::TrainConfig;
 use crate::timing::{GradientTiming, Recording};
 use dsgd_models::{GradRequest, Workload};
-use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimStats, SimTime, StreamRng, TimerId};
+use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng, TimerId};
 use rand::RngCore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,47 +52,6 @@ fn gradient_threads() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1)
-}
-
-/// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The simulated-time limit.
-    SimTime,
-    /// The iteration count.
-    Iterations,
-    /// The update count.
-    Updates,
-    /// The target loss or accuracy was reached.
-    Target,
-    /// Nothing was left to happen (every node down or waiting forever).
-    Quiescent,
-}
-
-/// Everything a finished run reports.
-#[derive(Clone, Debug)]
-pub struct RunResult {
-    /// Digest of every event, every evaluated loss and the final parameters.
-    pub digest: u64,
-    /// Why it stopped.
-    pub stop: StopReason,
-    /// Simulated time at the end.
-    pub sim_time: SimTime,
-    /// Engine counters (messages, bytes, losses, crashes).
-    pub stats: SimStats,
-    /// Algorithm counters and the evaluation series.
-    pub metrics: Metrics,
-    /// Time breakdown per rank.
-    pub times: Vec<TimeBreakdown>,
-    /// Simulated time of the first evaluation that met the target, if any.
-    pub time_to_target: Option<f64>,
-    /// The consensus parameters at the end (empty when no model existed then).
-    pub final_params: Vec<f32>,
-    /// The engine's event trace, when tracing was on.
-    pub trace: Option<dsgd_sim::Trace>,
-    /// The gradient durations used, when they were measured or replayed.
-    pub recording: Option<Recording>,
 }
 
 /// The gradient timing of a run and what it has used so far.

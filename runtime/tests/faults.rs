@@ -5,12 +5,12 @@
 mod common;
 use common::*;
 use dsgd_runtime::collectives::CollectiveKind;
+use dsgd_runtime::outcome::{RunResult, StopReason};
 use dsgd_runtime::protocols::async_ps::PsConfig;
 use dsgd_runtime::protocols::easgd::EasgdConfig;
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMode};
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::AlgorithmConfig;
-use dsgd_runtime::sim_exec::{RunResult, StopReason};
 use dsgd_sim::{Fault, SimTime};
 
 const WORKERS: usize = 4;

@@ -5,9 +5,9 @@ use dsgd_models::quadratic::Quadratic;
 use dsgd_models::timing::Timing;
 use dsgd_models::Workload;
 use dsgd_runtime::metrics::Sample;
+use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::{run, AlgorithmConfig};
-use dsgd_runtime::sim_exec::RunResult;
 use dsgd_sim::{Bandwidth, ComputeConfig, NetworkConfig, SimConfig, SimDuration};
 use std::sync::Arc;
 
