@@ -1,4 +1,15 @@
 //! `dsgd-experiments`: the `dsgd` command line's library: specs, runs, sweeps, replay, plots.
+//!
+//! Module map:
+//! - [`spec`]: the experiment spec in user units, its defaults and validation, and its resolution
+//!   into the engine's and runtime's configurations; [`load`]: reading specs (strict JSON, field
+//!   paths in errors, `--set`); [`bounds`]: hard limits and the memory estimate.
+//! - [`execute`]: one simulated run; [`output`]: `summary.json`, the CSVs and atomic run folders;
+//!   [`diff`]: comparing runs.
+//! - [`sweep`]: grids, resume and parallel runs; [`analysis`]: `runs.csv`, `aggregate.csv` and
+//!   intervals; [`report`]: `report.md`; [`plot`]: the figures.
+//! - `real` (feature `mpi`): real runs, calibration and validation.
+//! - [`gradbench`]: the real-gradient benchmark; [`scalebench`]: the scaling benchmark.
 
 pub mod analysis;
 pub mod bounds;

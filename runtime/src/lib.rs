@@ -1,5 +1,24 @@
 //! `dsgd-runtime`: the distributed-SGD algorithms, written once as sans-IO state machines
-//! ([`protocol`]), and the executor that drives them on the simulator ([`sim_exec`]).
+//! ([`protocol`]), and the executors that drive them: the simulator ([`sim_exec`]) and real
+//! processes over MPI (`mpi_exec`, feature `mpi`).
+//!
+//! Module map:
+//! - [`protocol`]: the API a protocol sees (`Context`: time, sends, timers, gradients, reports)
+//!   and implements (`Protocol`: its handlers), and `Role` for runs with servers.
+//! - [`protocols`]: the algorithms, one a file: `sync` (all-reduce, backup workers, membership),
+//!   `async_ps`, `easgd`, `gossip` (pull and push-sum).
+//! - [`collectives`]: all-reduce schedules, one a file (ring, tree, halving-doubling,
+//!   hierarchical) and their closed forms (`analytic`).
+//! - [`optimizer`]: SGD with momentum, Nesterov, weight decay, schedules.
+//! - [`runner`]: an algorithm's configuration and the roles it builds for an executor.
+//! - [`run`]: the training configuration and the stopping rule.
+//! - [`sim_exec`]: the simulator executor; `mpi_exec`: the MPI executor.
+//! - [`outcome`]: what a finished run reports, whichever executor ran it.
+//! - [`consensus`]: the model both executors score (mean of replicas, shards put together).
+//! - [`metrics`]: counters, samples, time accounting and the per-rank `Ledger` both executors
+//!   report through.
+//! - [`timing`]: gradient durations from the model, measured, or replayed.
+//! - [`cancel`]: the Ctrl-C flag; [`testkit`]: a recording `Context` for protocol tests.
 
 pub mod cancel;
 pub mod collectives;

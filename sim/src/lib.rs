@@ -1,7 +1,7 @@
 //! `dsgd-sim`: a deterministic discrete-event engine for simulating a training cluster.
 //!
 //! Virtual time is integer nanoseconds ([`SimTime`], [`SimDuration`]); events are ordered by
-//! `(time, sequence number)` ([`queue`]); every random number comes from a named ChaCha stream of
+//! `(time, sequence number)` ([`queue`], over the radix heap of [`radix`]); every random number comes from a named ChaCha stream of
 //! one root seed ([`Streams`]); the network ([`net`]) models NICs as FIFO links with cut-through
 //! transfers, on a flat switch or racks with an oversubscribed core; [`compute`] draws step times
 //! with jitter and stragglers; [`faults`] describes crashes, restarts, degraded NICs, partitions and
