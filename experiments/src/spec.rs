@@ -536,8 +536,9 @@ impl Spec {
         if self.batch == 0 {
             return bad("batch", "must be at least 1");
         }
-        self.algorithm.validate(self.nodes).map_err(|(f, p)| FieldError { field: f, problem: p })?;
-        self.optimizer.validate().map_err(|(f, p)| FieldError { field: f, problem: p })?;
+        let field = |e: dsgd_runtime::error::ConfigError| FieldError { field: e.field, problem: e.problem };
+        self.algorithm.validate(self.nodes).map_err(|e| field(e.under("algorithm")))?;
+        self.optimizer.validate().map_err(|e| field(e.under("optimizer")))?;
         if let AlgorithmConfig::Sync(c) = &self.algorithm {
             if c.collective.is_hierarchical() && c.group_size.is_none() && self.network.topology == TopologySpec::Flat {
                 return bad(

@@ -18,11 +18,13 @@
 //! - [`metrics`]: counters, samples, time accounting and the per-rank `Ledger` both executors
 //!   report through.
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
+//! - [`error`]: configuration errors with paths relative to the checked configuration.
 //! - [`cancel`]: the Ctrl-C flag; [`testkit`]: a recording `Context` for protocol tests.
 
 pub mod cancel;
 pub mod collectives;
 pub mod consensus;
+pub mod error;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;

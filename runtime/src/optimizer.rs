@@ -6,6 +6,7 @@
 //! where it applies updates (every replica in sync SGD, the server in parameter-server SGD, each
 //! worker's local steps in EASGD and gossip).
 
+use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// Learning-rate schedule.
@@ -60,9 +61,9 @@ impl Default for OptimizerConfig {
 }
 
 impl OptimizerConfig {
-    /// Checks ranges; returns `(field, problem)` for the first bad value.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |f: &str, p: &str| Err((format!("optimizer.{f}"), p.to_string()));
+    /// Checks ranges; the first bad value's error has its path relative to the optimizer.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |f: &str, p: &str| Err(ConfigError::new(f, p));
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad("lr", "must be a positive number");
         }
@@ -179,6 +180,6 @@ mod tests {
         );
         assert!((o.lr() - 0.2).abs() < 1e-12);
         let bad = OptimizerConfig { momentum: 1.0, ..cfg };
-        assert_eq!(bad.validate().unwrap_err().0, "optimizer.momentum");
+        assert_eq!(bad.validate().unwrap_err().field, "momentum");
     }
 }

@@ -1,5 +1,6 @@
 //! What every algorithm's run shares: batch size, optimizer, evaluation interval, stopping rule.
 
+use crate::error::ConfigError;
 use crate::optimizer::OptimizerConfig;
 use serde::{Deserialize, Serialize};
 
@@ -66,8 +67,8 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// Checks ranges; returns `(field, problem)` for the first bad value.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |f: &str, p: &str| Err((f.to_string(), p.to_string()));
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |f: &str, p: &str| Err(ConfigError::new(f, p));
         if self.batch == 0 {
             return bad("batch", "must be at least 1");
         }
@@ -82,6 +83,6 @@ impl TrainConfig {
                 return bad("stop.target_accuracy", "must be in [0, 1]");
             }
         }
-        self.optimizer.validate()
+        self.optimizer.validate().map_err(|e| e.under("optimizer"))
     }
 }

@@ -4,6 +4,7 @@
 //! (`workers..workers+shards`), and so does EASGD's centre (`workers`). Faults and per-node
 //! settings in the engine's configuration name ranks in this layout.
 
+use crate::error::ConfigError;
 use crate::outcome::RunResult;
 use crate::protocol::{Protocol, Role};
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
@@ -57,9 +58,9 @@ impl AlgorithmConfig {
         }
     }
 
-    /// Checks ranges against `workers`; returns `(field, problem)`.
-    pub fn validate(&self, workers: usize) -> Result<(), (String, String)> {
-        let bad = |f: &str, p: String| Err((format!("algorithm.{f}"), p));
+    /// Checks ranges against `workers`; the error's path is relative to the algorithm.
+    pub fn validate(&self, workers: usize) -> Result<(), ConfigError> {
+        let bad = |f: &str, p: String| Err(ConfigError::new(f, p));
         let timeout = match self {
             AlgorithmConfig::Sync(c) => {
                 if c.backup_workers >= workers {
@@ -185,8 +186,8 @@ pub fn with_roles<D: Drive>(
     if workers == 0 {
         return Err(SimError::config("nodes", "must be at least 1"));
     }
-    algorithm.validate(workers).map_err(|(f, p)| SimError::config(f, p))?;
-    train.validate().map_err(|(f, p)| SimError::config(f, p))?;
+    algorithm.validate(workers).map_err(|e| e.under("algorithm"))?;
+    train.validate()?;
     let (batch, opt) = (train.batch, train.optimizer);
     Ok(match *algorithm {
         AlgorithmConfig::Sync(mut c) => {

@@ -1,0 +1,42 @@
+//! The runtime's configuration errors: the field's path relative to the configuration that
+//! checked it, and what is wrong. A layer that holds that configuration under a name adds the
+//! name ([`ConfigError::under`]), so the command line reports the path as the user wrote it.
+
+/// A value the runtime refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}`: {problem}")]
+pub struct ConfigError {
+    /// Path of the field, relative to the configuration that was checked (`lr`, `shards`).
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub problem: String,
+}
+
+impl ConfigError {
+    /// `field` is wrong: `problem`.
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError { field: field.into(), problem: problem.into() }
+    }
+    /// The same error seen from the configuration that holds the checked one as `name`.
+    pub fn under(self, name: &str) -> Self {
+        ConfigError { field: format!("{name}.{}", self.field), ..self }
+    }
+}
+
+impl From<ConfigError> for dsgd_sim::SimError {
+    fn from(e: ConfigError) -> Self {
+        dsgd_sim::SimError::config(e.field, e.problem)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layer_adds_its_name_to_the_path() {
+        let e = ConfigError::new("schedule.every", "must be at least 1").under("optimizer");
+        assert_eq!(e.field, "optimizer.schedule.every");
+        assert_eq!(e.to_string(), "`optimizer.schedule.every`: must be at least 1");
+    }
+}
