@@ -65,7 +65,7 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
 struct OnMpi<'a> {
     world: &'a SimpleCommunicator,
     workload: std::sync::Arc<dyn dsgd_models::Workload>,
-    train: dsgd_runtime::run::TrainConfig,
+    train: dsgd_runtime::train::TrainConfig,
     cfg: RealConfig,
 }
 

@@ -8,14 +8,14 @@ use dsgd_models::fashion_mnist;
 use dsgd_models::nets::{self, BurnNet, NetKind};
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::softmax::{Softmax, SoftmaxConfig};
-use dsgd_models::timing::Timing;
+use dsgd_models::timing::TimingWorkload;
 use dsgd_models::wire::WireSized;
 use dsgd_models::Workload;
 use dsgd_runtime::optimizer::OptimizerConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
-use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_runtime::timing::GradientTiming;
+use dsgd_runtime::train::{StopRule, TrainConfig};
 use dsgd_sim::{
     Bandwidth, ComputeConfig, Fault, FaultConfig, Jitter, NetMode, NetworkConfig, NicOverride, RandomFailures,
     SimConfig, SimDuration, SimTime, Slowdown, Topology,
@@ -742,7 +742,7 @@ impl Spec {
     /// The workloads that need no data files.
     fn simple_workload(&self) -> (Arc<dyn Workload>, Option<usize>) {
         match self.workload.clone() {
-            WorkloadSpec::Timing { params } => (Arc::new(Timing::new(params)), None),
+            WorkloadSpec::Timing { params } => (Arc::new(TimingWorkload::new(params)), None),
             WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
                 (Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0)), wire_params)
             }

@@ -6,7 +6,7 @@
 //! caller passes with the request, so a gradient is a pure function of `(params, request)` and
 //! jobs can be computed in any order or in parallel with identical bits.
 //!
-//! - [`timing::Timing`]: no arithmetic, only a parameter count (message sizes).
+//! - [`timing::TimingWorkload`]: no arithmetic, only a parameter count (message sizes).
 //! - [`quadratic::Quadratic`]: the noisy quadratic model with a closed-form loss recursion.
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
 //! - [`wire::WireSized`]: any of these with the message size of another model.

@@ -5,18 +5,18 @@ use crate::{Evaluation, GradRequest, Workload};
 
 /// A model of `params` parameters that does no arithmetic.
 #[derive(Clone, Debug)]
-pub struct Timing {
+pub struct TimingWorkload {
     params: usize,
 }
 
-impl Timing {
+impl TimingWorkload {
     /// A timing workload with `params` parameters (ResNet-18: 11,689,512).
     pub fn new(params: usize) -> Self {
-        Timing { params }
+        TimingWorkload { params }
     }
 }
 
-impl Workload for Timing {
+impl Workload for TimingWorkload {
     fn name(&self) -> &str {
         "timing"
     }

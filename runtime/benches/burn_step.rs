@@ -10,8 +10,8 @@ use dsgd_models::fashion_mnist::resolve_dir;
 use dsgd_models::nets::{dataset, BurnNet, NetKind};
 use dsgd_models::{GradRequest, Workload};
 use dsgd_runtime::protocols::sync::SyncConfig;
-use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::{run, AlgorithmConfig};
+use dsgd_runtime::train::{StopRule, TrainConfig};
 use dsgd_sim::SimConfig;
 use std::sync::Arc;
 

@@ -4,10 +4,10 @@
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dsgd_models::timing::Timing;
+use dsgd_models::timing::TimingWorkload;
 use dsgd_runtime::protocols::sync::SyncConfig;
-use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::{run, AlgorithmConfig};
+use dsgd_runtime::train::{StopRule, TrainConfig};
 use dsgd_sim::{Bandwidth, NetworkConfig, SimConfig, SimDuration};
 use std::sync::Arc;
 
@@ -25,8 +25,9 @@ fn sync_100_nodes_1000_iterations() -> u64 {
         stop: StopRule { sim_time_s: 1e6, iterations: Some(1000), ..Default::default() },
         ..Default::default()
     };
-    let r = run(&AlgorithmConfig::Sync(SyncConfig::default()), 100, &sim, Arc::new(Timing::new(11_689_512)), train)
-        .unwrap();
+    let r =
+        run(&AlgorithmConfig::Sync(SyncConfig::default()), 100, &sim, Arc::new(TimingWorkload::new(11_689_512)), train)
+            .unwrap();
     assert_eq!(r.metrics.iterations(), 1000);
     r.stats.messages_sent
 }

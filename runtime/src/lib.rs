@@ -11,7 +11,7 @@
 //!   hierarchical) and their closed forms (`analytic`).
 //! - [`optimizer`]: SGD with momentum, Nesterov, weight decay, schedules.
 //! - [`runner`]: an algorithm's configuration and the roles it builds for an executor.
-//! - [`run`]: the training configuration and the stopping rule.
+//! - [`train`]: the training configuration and the stopping rule.
 //! - [`sim_exec`]: the simulator executor; `mpi_exec`: the MPI executor.
 //! - [`outcome`]: what a finished run reports, whichever executor ran it.
 //! - [`consensus`]: the model both executors score (mean of replicas, shards put together).
@@ -32,8 +32,8 @@ pub mod optimizer;
 pub mod outcome;
 pub mod protocol;
 pub mod protocols;
-pub mod run;
 pub mod runner;
 pub mod sim_exec;
 pub mod testkit;
 pub mod timing;
+pub mod train;

@@ -74,15 +74,15 @@ pub struct Interval {
 
 /// Per-node time accounting.
 #[derive(Clone, Debug)]
-pub(crate) struct Clock {
+pub(crate) struct TimeAccount {
     pub state: State,
     pub since: SimTime,
     pub times: TimeBreakdown,
 }
 
-impl Clock {
+impl TimeAccount {
     pub fn new() -> Self {
-        Clock { state: State::Phase(Phase::Idle), since: SimTime::ZERO, times: TimeBreakdown::default() }
+        TimeAccount { state: State::Phase(Phase::Idle), since: SimTime::ZERO, times: TimeBreakdown::default() }
     }
     /// Switches state at `now`; the interval just ended goes to `timeline` if it starts before
     /// `window`.
@@ -112,7 +112,7 @@ impl Clock {
 /// way by both executors: each builds one over its own clock and counters for the call.
 pub(crate) struct Ledger<'a> {
     pub rank: usize,
-    pub clock: &'a mut Clock,
+    pub clock: &'a mut TimeAccount,
     pub metrics: &'a mut Metrics,
     pub window: SimTime,
 }

@@ -20,10 +20,10 @@
 //!   so the run's `metrics.csv` has the simulator's format with wall-clock times.
 
 use crate::consensus::consensus_of;
-use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State, TimeBreakdown};
+use crate::metrics::{report_through_ledger, Ledger, Metrics, Note, Sample, State, TimeAccount, TimeBreakdown};
 use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
-use crate::run::TrainConfig;
+use crate::train::TrainConfig;
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::compute::ComputeModel;
 use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams, TimerId};
@@ -156,7 +156,7 @@ struct RealCtx<'a, M> {
     workload: &'a dyn Workload,
     data_rng: &'a mut StreamRng,
     proto_rng: &'a mut StreamRng,
-    clock: &'a mut Clock,
+    clock: &'a mut TimeAccount,
     metrics: &'a mut Metrics,
     window: SimTime,
     sent: &'a mut (u64, u64),
@@ -249,7 +249,7 @@ struct Rank<P: Protocol> {
     workload: Arc<dyn Workload>,
     data_rng: StreamRng,
     proto_rng: StreamRng,
-    clock: Clock,
+    clock: TimeAccount,
     metrics: Metrics,
     window: SimTime,
     sent: (u64, u64),
@@ -288,7 +288,7 @@ where
             workload,
             data_rng: streams.stream("data", me as u64),
             proto_rng: streams.stream("protocol", me as u64),
-            clock: Clock::new(),
+            clock: TimeAccount::new(),
             metrics: Metrics::default(),
             window: SimTime::from_secs_f64(timeline_s),
             sent: (0, 0),

@@ -7,11 +7,11 @@
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
-use crate::metrics::{report_through_ledger, Clock, Ledger, Metrics, Note, Sample, State};
+use crate::metrics::{report_through_ledger, Ledger, Metrics, Note, Sample, State, TimeAccount};
 use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
-use crate::run::TrainConfig;
 use crate::timing::{GradientTiming, Recording};
+use crate::train::TrainConfig;
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng, TimerId};
 use rand::RngCore;
@@ -55,14 +55,14 @@ fn gradient_threads() -> usize {
 }
 
 /// The gradient timing of a run and what it has used so far.
-struct Timing {
+struct GradientDurations {
     mode: GradientTiming,
     used: Recording,
     /// The first replay entry that was missing.
     error: Option<String>,
 }
 
-impl Timing {
+impl GradientDurations {
     /// The duration of `rank`'s next gradient, or `None` under the compute model.
     fn next(&mut self, rank: usize, job: &mut Job, workload: &dyn Workload) -> Option<SimDuration> {
         if matches!(self.mode, GradientTiming::Model) {
@@ -101,10 +101,10 @@ pub struct SimExecutor<P: Protocol> {
     jobs: BTreeMap<u64, Job>,
     data_rngs: Vec<StreamRng>,
     proto_rngs: Vec<StreamRng>,
-    clocks: Vec<Clock>,
+    clocks: Vec<TimeAccount>,
     metrics: Metrics,
     threads: usize,
-    timing: Timing,
+    timing: GradientDurations,
     /// The timeline's window (`train.timeline_s`), converted once.
     window: SimTime,
 }
@@ -117,10 +117,10 @@ struct Ctx<'a, M> {
     jobs: &'a mut BTreeMap<u64, Job>,
     data_rng: &'a mut StreamRng,
     proto_rng: &'a mut StreamRng,
-    clock: &'a mut Clock,
+    clock: &'a mut TimeAccount,
     metrics: &'a mut Metrics,
     window: SimTime,
-    timing: &'a mut Timing,
+    timing: &'a mut GradientDurations,
 }
 
 impl<M> Ctx<'_, M> {
@@ -192,7 +192,7 @@ impl<P: Protocol> SimExecutor<P> {
         Ok(SimExecutor {
             window,
             sim: engine,
-            clocks: vec![Clock::new(); roles.len()],
+            clocks: vec![TimeAccount::new(); roles.len()],
             roles,
             workload,
             train,
@@ -201,7 +201,7 @@ impl<P: Protocol> SimExecutor<P> {
             proto_rngs,
             metrics: Metrics::default(),
             threads: gradient_threads(),
-            timing: Timing { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
+            timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
     }
 

@@ -8,8 +8,8 @@ use dsgd_runtime::collectives::analytic::CostModel;
 use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::protocols::async_ps::PsConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
-use dsgd_runtime::run::StopRule;
 use dsgd_runtime::runner::AlgorithmConfig;
+use dsgd_runtime::train::StopRule;
 use dsgd_sim::{Bandwidth, Jitter, SimDuration};
 use std::sync::Arc;
 

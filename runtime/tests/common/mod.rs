@@ -2,12 +2,12 @@
 #![allow(dead_code, missing_docs)]
 
 use dsgd_models::quadratic::Quadratic;
-use dsgd_models::timing::Timing;
+use dsgd_models::timing::TimingWorkload;
 use dsgd_models::Workload;
 use dsgd_runtime::metrics::Sample;
 use dsgd_runtime::outcome::RunResult;
-use dsgd_runtime::run::{StopRule, TrainConfig};
 use dsgd_runtime::runner::{run, AlgorithmConfig};
+use dsgd_runtime::train::{StopRule, TrainConfig};
 use dsgd_sim::{Bandwidth, ComputeConfig, NetworkConfig, SimConfig, SimDuration};
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ pub fn cluster(seed: u64, step_ms: u64, latency_us: u64, gbps: f64) -> SimConfig
 }
 
 pub fn timing(params: usize) -> Arc<dyn Workload> {
-    Arc::new(Timing::new(params))
+    Arc::new(TimingWorkload::new(params))
 }
 
 pub fn quadratic() -> Arc<dyn Workload> {
