@@ -138,13 +138,12 @@ impl Ledger<'_> {
     }
 }
 
-/// The reporting methods of [`crate::protocol::Context`] (`set_phase`, `record_update`,
-/// `record_iteration`, `note`), written once for every executor's context that has
-/// `fn ledger(&mut self) -> Ledger<'_>`.
+/// The methods of [`crate::protocol::Report`], written once for every executor's context that
+/// has `fn ledger(&mut self) -> Ledger<'_>` and `fn ledger_now(&self) -> SimTime`.
 macro_rules! report_through_ledger {
     () => {
         fn set_phase(&mut self, phase: Phase) {
-            let now = self.now();
+            let now = self.ledger_now();
             self.ledger().phase(now, phase);
         }
         fn record_update(&mut self, staleness: u64) {
@@ -154,7 +153,7 @@ macro_rules! report_through_ledger {
             self.ledger().iteration(took);
         }
         fn note(&mut self, what: String) {
-            let now = self.now();
+            let now = self.ledger_now();
             self.ledger().note(now, what);
         }
     };

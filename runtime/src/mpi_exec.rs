@@ -26,7 +26,7 @@ use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::train::TrainConfig;
 use dsgd_models::{GradRequest, Workload};
 use dsgd_sim::compute::ComputeModel;
-use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams, TimerId};
+use dsgd_sim::{ComputeConfig, SimDuration, SimStats, SimTime, StreamRng, Streams};
 use mpi::point_to_point::Status;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
@@ -149,7 +149,6 @@ struct RealCtx<'a, M> {
     compute: &'a mpsc::Sender<GradJob>,
     model: &'a mut ComputeModel,
     timers: &'a mut BTreeMap<(u64, u64), u64>,
-    timer_keys: &'a mut BTreeMap<u64, (u64, u64)>,
     next_timer: &'a mut u64,
     next_job: &'a mut u64,
     inc: u64,
@@ -179,6 +178,9 @@ impl<M> RealCtx<'_, M> {
     fn ledger(&mut self) -> Ledger<'_> {
         Ledger { rank: self.rank, clock: self.clock, metrics: self.metrics, window: self.window }
     }
+    fn ledger_now(&self) -> SimTime {
+        now_of(self.start)
+    }
 }
 
 impl<M: Serialize> Context<M> for RealCtx<'_, M> {
@@ -196,18 +198,10 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
         self.sent.1 += bytes;
         let _ = self.out.send((to as i32, DATA, encode(&msg)));
     }
-    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {
+    fn set_timer(&mut self, after: SimDuration, tag: u64) {
         let id = *self.next_timer;
         *self.next_timer += 1;
-        let key = ((self.now() + after).as_nanos(), id);
-        self.timers.insert(key, tag);
-        self.timer_keys.insert(id, key);
-        TimerId(id)
-    }
-    fn cancel_timer(&mut self, timer: TimerId) {
-        if let Some(key) = self.timer_keys.remove(&timer.0) {
-            self.timers.remove(&key);
-        }
+        self.timers.insert(((self.now() + after).as_nanos(), id), tag);
     }
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
         let job = *self.next_job;
@@ -222,11 +216,13 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
     fn workload(&self) -> &dyn Workload {
         self.workload
     }
-    report_through_ledger!();
     fn random(&mut self) -> u64 {
         self.proto_rng.next_u64()
     }
-    fn absorb(&mut self, _x: u64) {}
+}
+
+impl<M> crate::protocol::Report for RealCtx<'_, M> {
+    report_through_ledger!();
 }
 
 /// Where a rank puts (receiver, tag, bytes) for the sender thread.
@@ -242,7 +238,6 @@ struct Rank<P: Protocol> {
     compute: mpsc::Sender<GradJob>,
     model: ComputeModel,
     timers: BTreeMap<(u64, u64), u64>,
-    timer_keys: BTreeMap<u64, (u64, u64)>,
     next_timer: u64,
     next_job: u64,
     inc: u64,
@@ -281,7 +276,6 @@ where
             compute,
             model,
             timers: BTreeMap::new(),
-            timer_keys: BTreeMap::new(),
             next_timer: 0,
             next_job: 0,
             inc: 0,
@@ -303,7 +297,6 @@ where
             compute: &self.compute,
             model: &mut self.model,
             timers: &mut self.timers,
-            timer_keys: &mut self.timer_keys,
             next_timer: &mut self.next_timer,
             next_job: &mut self.next_job,
             inc: self.inc,
@@ -517,7 +510,6 @@ where
             self.crash_count += 1;
             self.r.inc += 1;
             self.r.timers.clear();
-            self.r.timer_keys.clear();
             self.r.switch(State::Crashed);
             self.r.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: me, what: "crashed".into() });
             self.r.role.on_crash();
@@ -544,7 +536,6 @@ where
                 break;
             }
             self.r.timers.remove(&(at, id));
-            self.r.timer_keys.remove(&id);
             busy = true;
             self.r.with_ctx(|p, c| p.on_timer(c, tag));
         }

@@ -5,7 +5,7 @@
 //! calls the handlers. A protocol never sees the event queue, a clock or a thread.
 
 use dsgd_models::Workload;
-use dsgd_sim::{SimDuration, SimTime, TimerId};
+use dsgd_sim::{SimDuration, SimTime};
 use std::borrow::Cow;
 
 /// Handle of a gradient computation started with [`Context::start_gradient`].
@@ -45,8 +45,23 @@ pub enum View<'a> {
     Nothing,
 }
 
-/// The world as a protocol sees it.
-pub trait Context<M> {
+/// What a protocol reports about itself, for the run's record (the time breakdown, update and
+/// iteration counts, the log). Reporting changes nothing the protocol sees.
+pub trait Report {
+    /// Declares what the node is doing from now on (for the time breakdown).
+    fn set_phase(&mut self, phase: Phase);
+    /// Records that an update was applied to the model, computed on parameters `staleness`
+    /// versions old.
+    fn record_update(&mut self, staleness: u64);
+    /// Records a finished synchronous iteration and how long it took.
+    fn record_iteration(&mut self, took: SimDuration);
+    /// Notes something that happened (a timeout, a membership change), for the run's record.
+    fn note(&mut self, what: String);
+}
+
+/// The world as a protocol sees it: what it may do (send, set timers, compute gradients, draw
+/// random numbers) and, through [`Report`], what it reports.
+pub trait Context<M>: Report {
     /// The current time (virtual in the simulator, elapsed wall time on a real cluster).
     fn now(&self) -> SimTime;
     /// This node's rank.
@@ -55,28 +70,16 @@ pub trait Context<M> {
     fn ranks(&self) -> usize;
     /// Sends `msg`, which takes `bytes` on the wire, to rank `to`. Delivery is not guaranteed.
     fn send(&mut self, to: usize, msg: M, bytes: u64);
-    /// Sets a timer that calls `on_timer(tag)` after `after`.
-    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId;
-    /// Cancels a pending timer (no effect if it already fired).
-    fn cancel_timer(&mut self, timer: TimerId);
+    /// Sets a timer that calls `on_timer(tag)` after `after`. Timers are not cancelled: a
+    /// protocol tells a stale timer by its tag (a generation number in its upper bits).
+    fn set_timer(&mut self, after: SimDuration, tag: u64);
     /// Starts computing a gradient of a `batch`-sample minibatch at `params`; `on_gradient`
     /// follows. Jobs on one node run one after another.
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId;
     /// The workload (parameter count, initial parameters, message sizes).
     fn workload(&self) -> &dyn Workload;
-    /// Declares what the node is doing from now on (for the time breakdown).
-    fn set_phase(&mut self, phase: Phase);
-    /// Records that an update was applied to the model, computed on parameters `staleness`
-    /// versions old.
-    fn record_update(&mut self, staleness: u64);
-    /// Records a finished synchronous iteration and how long it took.
-    fn record_iteration(&mut self, took: SimDuration);
     /// A random number from this rank's own stream (`("protocol", rank)` in the simulator).
     fn random(&mut self) -> u64;
-    /// Folds a number (e.g. the bits of a result) into the run's digest.
-    fn absorb(&mut self, x: u64);
-    /// Notes something that happened (a timeout, a membership change), for the run's record.
-    fn note(&mut self, what: String);
 }
 
 /// A role of a distributed algorithm.

@@ -9,11 +9,11 @@
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
 use crate::metrics::{report_through_ledger, Ledger, Metrics, Note, Sample, State, TimeAccount};
 use crate::outcome::{RunResult, StopReason};
-use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use crate::protocol::{Context, JobId, Phase, Protocol, Report, View};
 use crate::timing::{GradientTiming, Recording};
 use crate::train::TrainConfig;
 use dsgd_models::{GradRequest, Workload};
-use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng, TimerId};
+use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng};
 use rand::RngCore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -127,6 +127,9 @@ impl<M> Ctx<'_, M> {
     fn ledger(&mut self) -> Ledger<'_> {
         Ledger { rank: self.rank, clock: self.clock, metrics: self.metrics, window: self.window }
     }
+    fn ledger_now(&self) -> SimTime {
+        self.sim.now()
+    }
 }
 
 impl<M> Context<M> for Ctx<'_, M> {
@@ -143,11 +146,8 @@ impl<M> Context<M> for Ctx<'_, M> {
         self.metrics.record_send(self.rank, bytes);
         self.sim.send(self.rank, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
     }
-    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {
-        self.sim.set_timer(self.rank, after, tag).expect("a live node sets timers")
-    }
-    fn cancel_timer(&mut self, timer: TimerId) {
-        let _ = self.sim.cancel_timer(timer); // already fired: nothing to do
+    fn set_timer(&mut self, after: SimDuration, tag: u64) {
+        self.sim.set_timer(self.rank, after, tag).expect("a live node sets timers");
     }
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
         let seed = self.data_rng.next_u64();
@@ -165,13 +165,13 @@ impl<M> Context<M> for Ctx<'_, M> {
     fn workload(&self) -> &dyn Workload {
         self.workload
     }
-    report_through_ledger!();
     fn random(&mut self) -> u64 {
         self.proto_rng.next_u64()
     }
-    fn absorb(&mut self, x: u64) {
-        self.sim.absorb(x);
-    }
+}
+
+impl<M> Report for Ctx<'_, M> {
+    report_through_ledger!();
 }
 
 impl<P: Protocol> SimExecutor<P> {

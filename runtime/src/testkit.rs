@@ -3,12 +3,12 @@
 //! started and what it reported, and lets the test set the time. Used by the protocols' unit
 //! tests (`runtime/tests/protocols.rs`) and the push-sum conservation test.
 
-use crate::protocol::{Context, JobId, Phase};
+use crate::protocol::{Context, JobId, Phase, Report};
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime, TimerId};
 use std::sync::Arc;
 
-/// A timer a handler set.
+/// A timer a handler set (numbered in the order they were set).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetTimer {
     /// When it would fire.
@@ -33,8 +33,6 @@ pub struct Recorder<M> {
     pub sent: Vec<(usize, M, u64)>,
     /// Timers set.
     pub timers: Vec<SetTimer>,
-    /// Timers cancelled.
-    pub cancelled: Vec<TimerId>,
     /// Gradients started: job, parameters, batch.
     pub gradients: Vec<(JobId, Vec<f32>, usize)>,
     /// The last phase set.
@@ -45,8 +43,6 @@ pub struct Recorder<M> {
     pub iterations: Vec<SimDuration>,
     /// Notes.
     pub notes: Vec<String>,
-    /// Numbers folded into the digest.
-    pub absorbed: Vec<u64>,
     next_id: u64,
     rng: u64,
 }
@@ -61,13 +57,11 @@ impl<M> Recorder<M> {
             workload,
             sent: Vec::new(),
             timers: Vec::new(),
-            cancelled: Vec::new(),
             gradients: Vec::new(),
             phase: None,
             updates: Vec::new(),
             iterations: Vec::new(),
             notes: Vec::new(),
-            absorbed: Vec::new(),
             next_id: 0,
             rng: 0x853c_49e6_748f_ea9b ^ rank as u64,
         }
@@ -104,14 +98,10 @@ impl<M> Context<M> for Recorder<M> {
     fn send(&mut self, to: usize, msg: M, bytes: u64) {
         self.sent.push((to, msg, bytes));
     }
-    fn set_timer(&mut self, after: SimDuration, tag: u64) -> TimerId {
+    fn set_timer(&mut self, after: SimDuration, tag: u64) {
         self.next_id += 1;
         let id = TimerId(self.next_id);
         self.timers.push(SetTimer { at: self.now + after, tag, id });
-        id
-    }
-    fn cancel_timer(&mut self, timer: TimerId) {
-        self.cancelled.push(timer);
     }
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
         self.next_id += 1;
@@ -122,6 +112,14 @@ impl<M> Context<M> for Recorder<M> {
     fn workload(&self) -> &dyn Workload {
         &*self.workload
     }
+    /// A fixed LCG per rank: handlers' random choices are reproducible in tests.
+    fn random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        self.rng >> 11
+    }
+}
+
+impl<M> Report for Recorder<M> {
     fn set_phase(&mut self, phase: Phase) {
         self.phase = Some(phase);
     }
@@ -130,14 +128,6 @@ impl<M> Context<M> for Recorder<M> {
     }
     fn record_iteration(&mut self, took: SimDuration) {
         self.iterations.push(took);
-    }
-    /// A fixed LCG per rank: handlers' random choices are reproducible in tests.
-    fn random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        self.rng >> 11
-    }
-    fn absorb(&mut self, x: u64) {
-        self.absorbed.push(x);
     }
     fn note(&mut self, what: String) {
         self.notes.push(what);
