@@ -54,6 +54,33 @@ fn gradient_threads() -> usize {
         .max(1)
 }
 
+/// Stops a run that is interrupted (Ctrl-C, checked every 4,096 events) or whose time cannot
+/// advance ([`dsgd_sim::STALL_EVENTS`] events at one instant).
+#[derive(Default)]
+struct Guard {
+    instant: SimTime,
+    at_instant: u64,
+    handled: u64,
+}
+
+impl Guard {
+    fn check(&mut self, now: SimTime) -> Result<(), SimError> {
+        self.handled += 1;
+        if self.handled & 0xFFF == 0 && crate::cancel::requested() {
+            return Err(SimError::Interrupted { at: now });
+        }
+        if now == self.instant {
+            self.at_instant += 1;
+            if self.at_instant > dsgd_sim::STALL_EVENTS {
+                return Err(SimError::Stalled { at: now, events: self.at_instant });
+            }
+        } else {
+            (self.instant, self.at_instant) = (now, 1);
+        }
+        Ok(())
+    }
+}
+
 /// The gradient timing of a run and what it has used so far.
 struct GradientDurations {
     mode: GradientTiming,
@@ -363,21 +390,10 @@ impl<P: Protocol> SimExecutor<P> {
         }
         let mut next_eval = SimTime::ZERO;
         let mut time_to_target = None;
-        let (mut instant, mut at_instant, mut handled) = (SimTime::ZERO, 0u64, 0u64);
+        let mut guard = Guard::default();
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
-                handled += 1;
-                if handled & 0xFFF == 0 && crate::cancel::requested() {
-                    return Err(SimError::Interrupted { at: now });
-                }
-                if now == instant {
-                    at_instant += 1;
-                    if at_instant > dsgd_sim::STALL_EVENTS {
-                        return Err(SimError::Stalled { at: now, events: at_instant });
-                    }
-                } else {
-                    (instant, at_instant) = (now, 1);
-                }
+                guard.check(now)?;
                 self.dispatch(now, occ);
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
@@ -414,8 +430,13 @@ impl<P: Protocol> SimExecutor<P> {
             }
             next_eval = (next_eval + every).min(end);
         };
+        Ok(self.conclude(reason, time_to_target))
+    }
+
+    /// The final evaluation (always with per-node losses), the time accounts closed at the end,
+    /// and the result.
+    fn conclude(mut self, reason: StopReason, time_to_target: Option<f64>) -> RunResult {
         let now = self.sim.now();
-        // The final evaluation, always with per-node losses.
         let (last, final_params) = self.evaluate(true);
         if self.metrics.samples.last().is_some_and(|s| s.time_s == last.time_s) {
             self.metrics.samples.pop();
@@ -431,7 +452,7 @@ impl<P: Protocol> SimExecutor<P> {
             GradientTiming::Model => None,
             _ => Some(self.timing.used),
         };
-        Ok(RunResult {
+        RunResult {
             digest: self.sim.digest().value(),
             stop: reason,
             sim_time: now,
@@ -442,6 +463,6 @@ impl<P: Protocol> SimExecutor<P> {
             trace: self.sim.trace().cloned(),
             metrics: self.metrics,
             recording,
-        })
+        }
     }
 }
