@@ -530,6 +530,17 @@ impl Spec {
 
     /// Checks every value; the first problem found is returned with its field's path.
     pub fn validate(&self) -> Result<(), FieldError> {
+        self.validate_algorithm()?;
+        self.validate_workload()?;
+        self.validate_compute()?;
+        self.validate_network()?;
+        self.validate_faults()?;
+        self.validate_stop_and_eval()?;
+        crate::bounds::check(self)
+    }
+
+    /// Nodes, batch, the algorithm and the optimizer, and the options that only some algorithms take.
+    fn validate_algorithm(&self) -> Result<(), FieldError> {
         if self.nodes == 0 || self.nodes > 100_000 {
             return bad("nodes", format!("is {}; must be between 1 and 100000", self.nodes));
         }
@@ -564,6 +575,11 @@ impl Spec {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// The workload's sizes and parameters.
+    fn validate_workload(&self) -> Result<(), FieldError> {
         match &self.workload {
             WorkloadSpec::Timing { params } if *params == 0 => return bad("workload.params", "must be at least 1"),
             WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, wire_params } => {
@@ -616,6 +632,11 @@ impl Spec {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Step times and stragglers.
+    fn validate_compute(&self) -> Result<(), FieldError> {
         finite_pos("compute.step_time_ms", self.compute.step_time_ms)?;
         for (&n, &t) in &self.compute.per_node_step_time_ms {
             self.rank_ok(format!("compute.per_node_step_time_ms.{n}"), n)?;
@@ -640,6 +661,11 @@ impl Spec {
             window(&f, s.from_s, s.until_s)?;
             finite_pos(&format!("{f}.factor"), s.factor)?;
         }
+        Ok(())
+    }
+
+    /// Latencies, bandwidths and the topology.
+    fn validate_network(&self) -> Result<(), FieldError> {
         let net = &self.network;
         finite_nonneg("network.latency_us", net.latency_us)?;
         finite_pos("network.bandwidth_gbps", net.bandwidth_gbps)?;
@@ -659,6 +685,11 @@ impl Spec {
             finite_pos("network.topology.uplink_gbps", uplink_gbps)?;
             finite_nonneg("network.topology.core_latency_us", core_latency_us)?;
         }
+        Ok(())
+    }
+
+    /// Every fault's ranks, times and values.
+    fn validate_faults(&self) -> Result<(), FieldError> {
         for (i, f) in self.faults.iter().enumerate() {
             let p = format!("faults[{i}]");
             match f {
@@ -701,6 +732,11 @@ impl Spec {
         if self.faults.iter().filter(|f| matches!(f, FaultSpec::Random { .. })).count() > 1 {
             return bad("faults", "at most one `random` entry is allowed");
         }
+        Ok(())
+    }
+
+    /// The stopping rule, the evaluation and the name.
+    fn validate_stop_and_eval(&self) -> Result<(), FieldError> {
         finite_pos("stop.sim_time_s", self.stop.sim_time_s)?;
         if let Some(a) = self.stop.target_accuracy {
             if !(0.0..=1.0).contains(&a) {
@@ -715,7 +751,7 @@ impl Spec {
         finite_pos("eval.every_s", self.eval.every_s)?;
         finite_nonneg("eval.timeline_s", self.eval.timeline_s)?;
         plain_name(&self.name)?;
-        crate::bounds::check(self)
+        Ok(())
     }
 }
 
