@@ -793,8 +793,28 @@ impl Spec {
     /// The engine's, runtime's and workload's configurations (validates first).
     pub fn resolve(&self) -> Result<Resolved, FieldError> {
         self.validate()?;
+        let (network, compute, faults) = (self.network_config(), self.compute_config(), self.fault_config());
+        let workload = self.workload()?;
+        let train = TrainConfig {
+            batch: self.batch,
+            optimizer: self.optimizer,
+            eval_every_s: self.eval.every_s,
+            eval_per_node: self.eval.per_node,
+            stop: self.stop,
+            timeline_s: self.eval.timeline_s,
+        };
+        let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
+        let timing = match self.compute.gradient_time {
+            GradientTime::Model => GradientTiming::Model,
+            GradientTime::Measured => GradientTiming::Measure,
+        };
+        Ok(Resolved { algorithm: self.algorithm, workers: self.nodes, sim, workload, train, timing })
+    }
+
+    /// The engine's network configuration in its units.
+    fn network_config(&self) -> NetworkConfig {
         let net = &self.network;
-        let network = NetworkConfig {
+        NetworkConfig {
             transport: match net.transport {
                 Some(TransportSpec::Reliable) => dsgd_sim::Transport::Reliable {
                     rto: SimDuration::from_secs_f64(net.rto_ms.unwrap_or(DEFAULT_RTO_MS) * 1e-3),
@@ -826,10 +846,14 @@ impl Spec {
                 ModeSpec::Contention => NetMode::Contention,
                 ModeSpec::Analytic => NetMode::Analytic,
             },
-        };
+        }
+    }
+
+    /// The engine's compute configuration in its units.
+    fn compute_config(&self) -> ComputeConfig {
         let ms = |x: f64| SimDuration::from_secs_f64(x * 1e-3);
         let st = &self.compute.straggler;
-        let compute = ComputeConfig {
+        ComputeConfig {
             base: ms(self.compute.step_time_ms),
             per_node_base: self.compute.per_node_step_time_ms.iter().map(|(&n, &t)| (n, ms(t))).collect(),
             jitter: st.jitter,
@@ -839,7 +863,11 @@ impl Spec {
                 .iter()
                 .map(|s| Slowdown { node: s.node, from: secs(s.from_s), until: secs(s.until_s), factor: s.factor })
                 .collect(),
-        };
+        }
+    }
+
+    /// The engine's fault configuration in its units.
+    fn fault_config(&self) -> FaultConfig {
         let mut faults = FaultConfig::default();
         for f in &self.faults {
             let fault = match f {
@@ -865,6 +893,11 @@ impl Spec {
             };
             faults.schedule.push(fault);
         }
+        faults
+    }
+
+    /// The workload, in its message size when `wire_params` says so; loads data for burn.
+    fn workload(&self) -> Result<Arc<dyn Workload>, FieldError> {
         let (workload, wire): (Arc<dyn Workload>, Option<usize>) = match &self.workload {
             WorkloadSpec::Burn {
                 model,
@@ -894,23 +927,9 @@ impl Spec {
             }
             _ => self.simple_workload(),
         };
-        let workload: Arc<dyn Workload> = match wire {
+        Ok(match wire {
             Some(p) => Arc::new(WireSized::new(workload, 4 * p as u64)),
             None => workload,
-        };
-        let train = TrainConfig {
-            batch: self.batch,
-            optimizer: self.optimizer,
-            eval_every_s: self.eval.every_s,
-            eval_per_node: self.eval.per_node,
-            stop: self.stop,
-            timeline_s: self.eval.timeline_s,
-        };
-        let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
-        let timing = match self.compute.gradient_time {
-            GradientTime::Model => GradientTiming::Model,
-            GradientTime::Measured => GradientTiming::Measure,
-        };
-        Ok(Resolved { algorithm: self.algorithm, workers: self.nodes, sim, workload, train, timing })
+        })
     }
 }
