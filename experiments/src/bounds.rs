@@ -75,7 +75,31 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
         1e-3,
         "(a shorter failure-detection timeout fires before messages arrive, so every round times out)",
     )?;
-    match &spec.workload {
+    check_workload(&spec.workload)?;
+    check_compute(&spec.compute)?;
+    check_network(&spec.network)?;
+    for (i, f) in spec.faults.iter().enumerate() {
+        fault(&format!("faults[{i}]"), f)?;
+    }
+    duration("stop.sim_time_s", spec.stop.sim_time_s, HALF_NS, ZERO_NS)?;
+    duration("eval.every_s", spec.eval.every_s, 1e-6, "")?;
+    if spec.stop.sim_time_s / spec.eval.every_s > 1e7 {
+        return bad(
+            "eval.every_s",
+            format!(
+                "{} s gives {:.0} evaluations over stop.sim_time_s; at most 10^7 are allowed",
+                spec.eval.every_s,
+                spec.stop.sim_time_s / spec.eval.every_s
+            ),
+        );
+    }
+    duration("eval.timeline_s", spec.eval.timeline_s, 0.0, "")?;
+    Ok(())
+}
+
+/// The workload's limits.
+fn check_workload(workload: &WorkloadSpec) -> Result<(), FieldError> {
+    match workload {
         WorkloadSpec::Timing { params } => at_most("workload.params", *params, MAX_PARAMS)?,
         WorkloadSpec::Quadratic { dim, wire_params, .. } => {
             at_most("workload.dim", *dim, 1 << 31)?;
@@ -99,7 +123,11 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
             at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
         }
     }
-    let c = &spec.compute;
+    Ok(())
+}
+
+/// The compute model's limits.
+fn check_compute(c: &crate::spec::ComputeSpec) -> Result<(), FieldError> {
     duration("compute.step_time_ms", c.step_time_ms / 1e3, HALF_NS, ZERO_NS)?;
     for (&n, &t) in &c.per_node_step_time_ms {
         duration(&format!("compute.per_node_step_time_ms.{n}"), t / 1e3, HALF_NS, ZERO_NS)?;
@@ -128,7 +156,11 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
     for (i, s) in c.straggler.slowdowns.iter().enumerate() {
         factor(&format!("compute.straggler.slowdowns[{i}].factor"), s.factor)?;
     }
-    let net = &spec.network;
+    Ok(())
+}
+
+/// The network's limits.
+fn check_network(net: &crate::spec::NetworkSpec) -> Result<(), FieldError> {
     duration("network.latency_us", net.latency_us / 1e6, 0.0, "")?;
     gbps("network.bandwidth_gbps", net.bandwidth_gbps)?;
     if let Some(rto) = net.rto_ms {
@@ -146,22 +178,6 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
         gbps("network.topology.uplink_gbps", uplink_gbps)?;
         duration("network.topology.core_latency_us", core_latency_us / 1e6, 0.0, "")?;
     }
-    for (i, f) in spec.faults.iter().enumerate() {
-        fault(&format!("faults[{i}]"), f)?;
-    }
-    duration("stop.sim_time_s", spec.stop.sim_time_s, HALF_NS, ZERO_NS)?;
-    duration("eval.every_s", spec.eval.every_s, 1e-6, "")?;
-    if spec.stop.sim_time_s / spec.eval.every_s > 1e7 {
-        return bad(
-            "eval.every_s",
-            format!(
-                "{} s gives {:.0} evaluations over stop.sim_time_s; at most 10^7 are allowed",
-                spec.eval.every_s,
-                spec.stop.sim_time_s / spec.eval.every_s
-            ),
-        );
-    }
-    duration("eval.timeline_s", spec.eval.timeline_s, 0.0, "")?;
     Ok(())
 }
 
