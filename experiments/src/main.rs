@@ -350,49 +350,7 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
         serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     let is_sweep = ["grid", "base", "base_file"].iter().any(|k| value.get(k).is_some());
     if !is_sweep {
-        let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
-        let resolved = serde_json::to_value(&spec).expect("serialises");
-        out!(
-            "{}: a valid spec: {} with {} nodes, seed {}",
-            path.display(),
-            spec.algorithm.label(),
-            spec.nodes,
-            spec.seed
-        );
-        out!("{}", serde_json::to_string_pretty(&resolved).expect("JSON"));
-        let est = dsgd_experiments::bounds::estimate(&spec);
-        let avail = dsgd_experiments::bounds::available_memory();
-        out!(
-            "estimated peak memory {} ({} ranks, {:.0} parameters each){}",
-            dsgd_experiments::bounds::human(est.bytes),
-            est.ranks,
-            est.params,
-            avail.map_or(String::new(), |a| format!("; {} available here", dsgd_experiments::bounds::human(a)))
-        );
-        for (what, bytes) in &est.drivers {
-            out!("  {}: {what}", dsgd_experiments::bounds::human(*bytes));
-        }
-        out!(
-            "at most about {:.2e} events, {:.1} s of wall time for them{}",
-            est.events,
-            est.wall_s,
-            if matches!(spec.workload, dsgd_experiments::spec::WorkloadSpec::Burn { .. }) {
-                ", plus the real gradients' computation"
-            } else {
-                ""
-            }
-        );
-        if json_mode() {
-            let drivers: Vec<serde_json::Value> =
-                est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
-            print_json(&serde_json::json!({
-                "kind": "spec",
-                "spec": resolved,
-                "estimate": {"bytes": est.bytes, "ranks": est.ranks, "params": est.params, "drivers": drivers,
-                             "available_bytes": avail, "events": est.events, "wall_s": est.wall_s},
-            }));
-        }
-        return Ok(ExitCode::SUCCESS);
+        return check_spec(path, sets);
     }
     if !sets.is_empty() {
         return Err("--set applies to a spec; a sweep's fields are set in its file".into());
@@ -422,6 +380,47 @@ fn check(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
             })
             .collect();
         print_json(&serde_json::json!({"kind": "sweep", "runs": points.len(), "points": pts}));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dsgd check` of a spec: the resolved spec and the estimate of what running it takes.
+fn check_spec(path: &Path, sets: &[String]) -> Result<ExitCode, String> {
+    let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+    let resolved = serde_json::to_value(&spec).expect("serialises");
+    out!("{}: a valid spec: {} with {} nodes, seed {}", path.display(), spec.algorithm.label(), spec.nodes, spec.seed);
+    out!("{}", serde_json::to_string_pretty(&resolved).expect("JSON"));
+    let est = dsgd_experiments::bounds::estimate(&spec);
+    let avail = dsgd_experiments::bounds::available_memory();
+    out!(
+        "estimated peak memory {} ({} ranks, {:.0} parameters each){}",
+        dsgd_experiments::bounds::human(est.bytes),
+        est.ranks,
+        est.params,
+        avail.map_or(String::new(), |a| format!("; {} available here", dsgd_experiments::bounds::human(a)))
+    );
+    for (what, bytes) in &est.drivers {
+        out!("  {}: {what}", dsgd_experiments::bounds::human(*bytes));
+    }
+    out!(
+        "at most about {:.2e} events, {:.1} s of wall time for them{}",
+        est.events,
+        est.wall_s,
+        if matches!(spec.workload, dsgd_experiments::spec::WorkloadSpec::Burn { .. }) {
+            ", plus the real gradients' computation"
+        } else {
+            ""
+        }
+    );
+    if json_mode() {
+        let drivers: Vec<serde_json::Value> =
+            est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
+        print_json(&serde_json::json!({
+            "kind": "spec",
+            "spec": resolved,
+            "estimate": {"bytes": est.bytes, "ranks": est.ranks, "params": est.params, "drivers": drivers,
+                         "available_bytes": avail, "events": est.events, "wall_s": est.wall_s},
+        }));
     }
     Ok(ExitCode::SUCCESS)
 }
