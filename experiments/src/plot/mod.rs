@@ -380,6 +380,15 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let target = crate::report::target_text(runs);
     let goal = if target == "none" { String::new() } else { format!(" (target: {target})") };
+    let mut files = over_time_charts(runs, out, &goal)?;
+    files.extend(scaling_charts(runs, out, &goal)?);
+    files.extend(breakdown::chart(&out.join("time_breakdown"), runs)?);
+    files.extend(per_algorithm_charts(runs, out)?);
+    Ok(files)
+}
+
+/// Loss, accuracy and consensus distance against simulated time.
+fn over_time_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let t = Axis { desc: "simulated time (s)", log: false };
     let loss = over_time(runs, "loss");
@@ -412,6 +421,12 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
             Axis { desc: "distance²", log: true },
         )?);
     }
+    Ok(files)
+}
+
+/// Time to target, speedup and efficiency, and throughput against node counts.
+fn scaling_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
     let nodes = scaling::node_counts(runs);
     let color = colors(runs);
     let ttt = scaling::series(runs, &nodes, &color, &|r| r.summary.time_to_target_s);
@@ -468,8 +483,13 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
             std::slice::from_ref(&panel),
         )?);
     }
-    files.extend(breakdown::chart(&out.join("time_breakdown"), runs)?);
-    // One timeline per algorithm: its run with the most nodes up to 16, first seed.
+    Ok(files)
+}
+
+/// One timeline per algorithm (its run with the most nodes up to 16, first seed) and their
+/// staleness histograms.
+fn per_algorithm_charts(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
     let mut pick: BTreeMap<String, &RunRecord> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.spec.nodes <= 16) {
         let better = |old: &&RunRecord| {
