@@ -70,85 +70,80 @@ fn draw<DB: DrawingBackend>(
         entries.push(("hollow: not every seed".into(), RGBColor(255, 255, 255)));
     }
     let area = with_legend(&area, &entries, Swatch::Line)?;
-    let k = nodes.len();
     for (cell, panel) in area.split_evenly((1, panels.len().max(1))).into_iter().zip(panels) {
-        let log = panel.y.log;
-        let values: Vec<f64> = panel
-            .series
-            .iter()
-            .flat_map(|s| &s.points)
-            .flat_map(|p| {
-                let h = if p.ci.is_finite() { p.ci } else { 0.0 };
-                [p.mean - h, p.mean + h, p.mean]
-            })
-            .chain(panel.reference)
-            .filter(|v| v.is_finite() && (!log || *v > 0.0))
-            .collect();
-        if values.is_empty() {
-            continue;
-        }
-        let floor = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let t = |v: f64| tr(v.max(floor), log).expect("positive after the floor");
-        let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(t(v)), b.max(t(v))));
-        let (y0, y1) = super::pad(lo, hi);
-        let mut chart = ChartBuilder::on(&cell)
-            .caption(&panel.title, ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
-            .build_cartesian_2d((0..k.saturating_sub(1)).into_segmented(), y0..y1)
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("nodes")
-            .y_desc(panel.y.desc)
-            .x_labels(k + 1)
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => nodes.get(*i).map_or(String::new(), usize::to_string),
-                _ => String::new(),
-            })
-            .y_labels(super::label_count(y0, y1, log))
-            .y_label_formatter(&|v| fmt_tick(*v, log))
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
-        if let Some(r) = panel.reference {
-            let style = ShapeStyle::from(&BLACK.mix(0.4)).stroke_width(1);
-            chart
-                .draw_series(LineSeries::new([(SegmentValue::Exact(0), t(r)), (SegmentValue::Last, t(r))], style))
-                .map_err(e)?;
-        }
-        for s in &panel.series {
-            let color = PALETTE[s.color % PALETTE.len()];
-            let style = ShapeStyle::from(&color).stroke_width(2);
-            let pts: Vec<(SegmentValue<usize>, f64)> =
-                s.points.iter().map(|p| (SegmentValue::CenterOf(p.at), t(p.mean))).collect();
-            chart.draw_series(LineSeries::new(pts, style)).map_err(e)?;
-            chart
-                .draw_series(s.points.iter().filter(|p| p.ci.is_finite() && p.ci > 0.0).map(|p| {
-                    ErrorBar::new_vertical(
-                        SegmentValue::CenterOf(p.at),
-                        t(p.mean - p.ci),
-                        t(p.mean),
-                        t(p.mean + p.ci),
-                        style,
-                        10,
-                    )
-                }))
-                .map_err(e)?;
-            chart
-                .draw_series(s.points.iter().map(|p| {
-                    let fill = if p.partial { WHITE.filled() } else { color.filled() };
-                    Circle::new((SegmentValue::CenterOf(p.at), t(p.mean)), 5, fill)
-                }))
-                .map_err(e)?;
-            chart
-                .draw_series(s.points.iter().map(|p| Circle::new((SegmentValue::CenterOf(p.at), t(p.mean)), 5, style)))
-                .map_err(e)?;
-        }
+        draw_panel(&cell, panel, nodes)?;
     }
     area.present().map_err(e)
+}
+
+/// One panel: the series of `panel` against `nodes`, with 95% CI bars and a reference line.
+fn draw_panel<DB: DrawingBackend>(
+    cell: &DrawingArea<DB, Shift>,
+    panel: &NodePanel,
+    nodes: &[usize],
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let k = nodes.len();
+    let log = panel.y.log;
+    let Some((floor, y0, y1)) = y_range(panel) else { return Ok(()) };
+    let t = |v: f64| tr(v.max(floor), log).expect("positive after the floor");
+    let mut chart = ChartBuilder::on(cell)
+        .caption(&panel.title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d((0..k.saturating_sub(1)).into_segmented(), y0..y1)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("nodes")
+        .y_desc(panel.y.desc)
+        .x_labels(k + 1)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => nodes.get(*i).map_or(String::new(), usize::to_string),
+            _ => String::new(),
+        })
+        .y_labels(super::label_count(y0, y1, log))
+        .y_label_formatter(&|v| fmt_tick(*v, log))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    if let Some(r) = panel.reference {
+        let style = ShapeStyle::from(&BLACK.mix(0.4)).stroke_width(1);
+        chart
+            .draw_series(LineSeries::new([(SegmentValue::Exact(0), t(r)), (SegmentValue::Last, t(r))], style))
+            .map_err(e)?;
+    }
+    for s in &panel.series {
+        let color = PALETTE[s.color % PALETTE.len()];
+        let style = ShapeStyle::from(&color).stroke_width(2);
+        let pts: Vec<(SegmentValue<usize>, f64)> =
+            s.points.iter().map(|p| (SegmentValue::CenterOf(p.at), t(p.mean))).collect();
+        chart.draw_series(LineSeries::new(pts, style)).map_err(e)?;
+        chart
+            .draw_series(s.points.iter().filter(|p| p.ci.is_finite() && p.ci > 0.0).map(|p| {
+                ErrorBar::new_vertical(
+                    SegmentValue::CenterOf(p.at),
+                    t(p.mean - p.ci),
+                    t(p.mean),
+                    t(p.mean + p.ci),
+                    style,
+                    10,
+                )
+            }))
+            .map_err(e)?;
+        chart
+            .draw_series(s.points.iter().map(|p| {
+                let fill = if p.partial { WHITE.filled() } else { color.filled() };
+                Circle::new((SegmentValue::CenterOf(p.at), t(p.mean)), 5, fill)
+            }))
+            .map_err(e)?;
+        chart
+            .draw_series(s.points.iter().map(|p| Circle::new((SegmentValue::CenterOf(p.at), t(p.mean)), 5, style)))
+            .map_err(e)?;
+    }
+    Ok(())
 }
 
 /// Draws a chart against node count as PNG and SVG.
@@ -236,4 +231,29 @@ pub fn speedup(ttt: &[NodeSeries], nodes: &[usize]) -> (Vec<NodeSeries>, Vec<Nod
         });
     }
     (sp, eff)
+}
+
+/// The smallest value shown (logs clamp below it) and the y range of `panel` (means, CI ends and
+/// the reference line), or `None` when it has nothing to show.
+fn y_range(panel: &NodePanel) -> Option<(f64, f64, f64)> {
+    let log = panel.y.log;
+    let values: Vec<f64> = panel
+        .series
+        .iter()
+        .flat_map(|s| &s.points)
+        .flat_map(|p| {
+            let h = if p.ci.is_finite() { p.ci } else { 0.0 };
+            [p.mean - h, p.mean + h, p.mean]
+        })
+        .chain(panel.reference)
+        .filter(|v| v.is_finite() && (!log || *v > 0.0))
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    let floor = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let t = |v: f64| tr(v.max(floor), log).expect("positive after the floor");
+    let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(t(v)), b.max(t(v))));
+    let (y0, y1) = super::pad(lo, hi);
+    Some((floor, y0, y1))
 }
