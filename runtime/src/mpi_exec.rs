@@ -118,6 +118,8 @@ struct Report {
     end_s: f64,
     messages_sent: u64,
     messages_delivered: u64,
+    /// Timers that fired.
+    timers_fired: u64,
     bytes_sent: u64,
     crashes: u64,
     restarts: u64,
@@ -419,6 +421,7 @@ struct Loop<P: Protocol> {
     crash_count: u64,
     restart_count: u64,
     delivered: u64,
+    timers_fired: u64,
     /// (evaluation index, updates, up, model view) at every multiple of `every`.
     snapshots: Vec<(usize, u64, bool, OwnedView)>,
     next_eval: usize,
@@ -449,6 +452,7 @@ where
             crash_count: 0,
             restart_count: 0,
             delivered: 0,
+            timers_fired: 0,
             snapshots: Vec::new(),
             next_eval: 0,
             stop: None,
@@ -537,6 +541,7 @@ where
             }
             self.r.timers.remove(&(at, id));
             busy = true;
+            self.timers_fired += 1;
             self.r.with_ctx(|p, c| p.on_timer(c, tag));
         }
         busy
@@ -648,6 +653,7 @@ where
             end_s: end_time.as_secs_f64(),
             messages_sent: r.sent.0,
             messages_delivered: self.delivered,
+            timers_fired: self.timers_fired,
             bytes_sent: r.sent.1,
             crashes: self.crash_count,
             restarts: self.restart_count,
@@ -676,7 +682,8 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
         metrics.bytes_by_rank.push(rep.bytes_sent);
         stats.crashes += rep.crashes;
         stats.restarts += rep.restarts;
-        stats.events += rep.messages_delivered + rep.gradients;
+        // Handler calls: the events a real run has (deliveries, finished gradients, timers).
+        stats.events += rep.messages_delivered + rep.gradients + rep.timers_fired;
     }
     metrics.notes.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.rank.cmp(&b.rank)));
     let evals = reports.iter().map(|r| r.snapshots.len()).min().unwrap_or(0);
@@ -716,10 +723,11 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
     }
     let final_params = c.model.unwrap_or_default();
     let stop = reports.iter().find_map(|r| r.stop.filter(|s| *s != StopReason::SimTime)).unwrap_or(StopReason::SimTime);
-    // Real runs are not replayable: the digest identifies the final model only.
-    let digest = final_params
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x0100_0000_01b3));
+    // Real runs are not replayable: the digest identifies the final model only (the same fold
+    // the simulator ends its digest with).
+    let mut d = dsgd_sim::Digest::new();
+    d.absorb_f32s(&final_params);
+    let digest = d.value();
     RunResult {
         digest,
         stop,
