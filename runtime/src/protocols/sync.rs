@@ -214,7 +214,9 @@ impl SyncWorker {
     pub fn initial(cfg: &SyncConfig, ranks: usize) -> Initial {
         let members: Arc<[usize]> = (0..ranks).collect();
         let view = view_id(0, &members);
-        let groups = (cfg.collective == CollectiveKind::Hierarchical)
+        let groups = cfg
+            .collective
+            .is_hierarchical()
             .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
         Initial { members, view, groups }
     }
@@ -295,9 +297,18 @@ impl SyncWorker {
     fn me(&self, rank: usize) -> Option<usize> {
         self.members.iter().position(|&m| m == rank)
     }
-    /// The current members in the hierarchical collectives' groups.
-    fn groups(&self) -> Groups {
-        Groups::of_ranks(&self.members, self.cfg.group_size.unwrap_or(self.members.len()))
+    /// The current members in the hierarchical collectives' groups, built once a view (at the
+    /// start, one list shared by all workers).
+    fn groups(&mut self) -> Arc<Groups> {
+        match &self.groups {
+            Some((view, g)) if *view == self.view => g.clone(),
+            _ => {
+                let size = self.cfg.group_size.unwrap_or(self.members.len());
+                let g = Arc::new(Groups::of_ranks(&self.members, size));
+                self.groups = Some((self.view, g.clone()));
+                g
+            }
+        }
     }
     fn aggregator(&self) -> usize {
         self.members[0]
@@ -352,12 +363,7 @@ impl SyncWorker {
             Some((view, steps)) if *view == self.view => steps.clone(),
             _ => {
                 let steps = if self.cfg.collective == CollectiveKind::Hierarchical {
-                    let groups = match &self.groups {
-                        Some((view, g)) if *view == self.view => g.clone(),
-                        _ => Arc::new(self.groups()),
-                    };
-                    self.groups = Some((self.view, groups.clone()));
-                    Schedule::hierarchical(groups, me, wire)
+                    Schedule::hierarchical(self.groups(), me, wire)
                 } else {
                     Schedule::new(self.cfg.collective, self.members.len(), me, wire)
                 };
