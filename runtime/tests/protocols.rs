@@ -8,7 +8,7 @@ use dsgd_runtime::protocol::{Phase, Protocol};
 use dsgd_runtime::protocols::async_ps::{PsConfig, PsMsg, Shard};
 use dsgd_runtime::protocols::easgd::{Centre, EasgdConfig, EasgdMsg, EasgdWorker};
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMsg, GossipNode};
-use dsgd_runtime::protocols::sync::{view_id, SyncConfig, SyncMsg, SyncWorker};
+use dsgd_runtime::protocols::sync::{view_id, Stage, StateMsg, SyncConfig, SyncMsg, SyncWorker};
 use dsgd_runtime::testkit::Recorder;
 use std::sync::Arc;
 
@@ -205,6 +205,7 @@ fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
     w.on_start(&mut ctx);
     let (job, _, _) = ctx.take_gradients().pop().expect("computing");
     w.on_gradient(ctx.at(0.1), job, vec![1.0; 4], 0.0);
+    assert_eq!(w.stage(), Stage::Reducing);
     let sent = ctx.take_sent();
     assert!(
         matches!(&sent[..], [(1, SyncMsg::Chunk { round: 0, iter: 0, .. }, _)]),
@@ -240,4 +241,68 @@ fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
     w.on_message(ctx.at(1.8), 1, SyncMsg::Chunk { view, iter: 0, round: 1, data: vec![2.0; 2] });
     assert_eq!(w.iterations(), 1, "two members: a ring of two rounds");
     assert_eq!(ctx.iterations.len(), 1, "member 0 records the iteration");
+}
+
+#[test]
+fn a_restarted_sync_member_asks_three_times_to_join_then_probes_and_adopts_the_donors_state() {
+    // Rank 2 of 3 crashes and restarts; nobody answers its joins at first.
+    let cfg = SyncConfig { timeout_s: 1.0, ..Default::default() };
+    let mut w = SyncWorker::new(cfg, 8, OptimizerConfig::default(), 3);
+    let mut ctx: Recorder<SyncMsg> = Recorder::new(2, 3, quadratic());
+    w.on_start(&mut ctx);
+    assert_eq!(w.stage(), Stage::Computing);
+    w.on_crash();
+    assert_eq!(w.stage(), Stage::Crashed);
+    ctx.timers.clear();
+    w.on_restart(ctx.at(3.0));
+    w.on_start(&mut ctx);
+    assert_eq!(w.stage(), Stage::Joining { asked: 1 });
+    assert!(ctx.take_gradients().len() == 1, "only the first start computed a gradient");
+    assert!(matches!(w.view(), dsgd_runtime::protocol::View::Nothing), "no model to score while joining");
+    let joins = |ctx: &mut Recorder<SyncMsg>| -> Vec<usize> {
+        ctx.take_sent().into_iter().filter(|(_, m, _)| matches!(m, SyncMsg::Join { .. })).map(|s| s.0).collect()
+    };
+    assert_eq!(joins(&mut ctx), vec![0usize, 1]);
+    // The watchdog (1 s) asks again twice, then gives up and probes on its own.
+    let watchdog = |ctx: &Recorder<SyncMsg>| ctx.timers.iter().rev().find(|t| t.tag == 1).copied().expect("watchdog");
+    for (k, at) in [(2, 4.0), (3, 5.0)] {
+        let t = watchdog(&ctx);
+        assert!((t.at.as_secs_f64() - at).abs() < 1e-9, "{t:?}");
+        w.on_timer(ctx.at(at), t.tag);
+        assert_eq!(w.stage(), Stage::Joining { asked: k });
+        assert_eq!(joins(&mut ctx), vec![0usize, 1], "join request {k}");
+    }
+    let t = watchdog(&ctx);
+    w.on_timer(ctx.at(6.0), t.tag);
+    assert_eq!(ctx.notes, ["timeout in iteration 0 (epoch 0)"]);
+    let probes: Vec<usize> = ctx
+        .take_sent()
+        .into_iter()
+        .filter(|(_, m, _)| matches!(m, SyncMsg::Probe { epoch: 1, .. }))
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(probes, [0, 1]);
+    // Rank 0 answers with 7 iterations done: it is the donor; rank 2 waits for its state.
+    w.on_message(ctx.at(6.1), 0, SyncMsg::Probe { epoch: 1, done: 7 });
+    let end = ctx.timers.last().copied().expect("the probe's end");
+    w.on_timer(ctx.at(6.5), end.tag);
+    assert_eq!(w.members(), [0, 2]);
+    assert_eq!(w.stage(), Stage::AwaitingState);
+    // A state of an older epoch is ignored; the donor's is adopted and the next iteration starts.
+    let state = |epoch| {
+        SyncMsg::State(Box::new(StateMsg {
+            epoch,
+            done: 7,
+            params: vec![0.5; 100],
+            velocity: vec![0.0; 100],
+            steps: 7,
+        }))
+    };
+    w.on_message(ctx.at(6.6), 1, state(0));
+    assert_eq!(w.stage(), Stage::AwaitingState);
+    w.on_message(ctx.at(6.7), 0, state(1));
+    assert_eq!(w.stage(), Stage::Computing);
+    assert_eq!(w.iterations(), 7);
+    assert_eq!(w.params(), &[0.5; 100][..]);
+    assert_eq!(ctx.take_gradients().len(), 1, "iteration 7 computes at the donor's parameters");
 }

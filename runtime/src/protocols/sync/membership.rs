@@ -1,0 +1,190 @@
+//! Membership changes of synchronous SGD: the watchdog that notices a member is gone, the probe
+//! that forms the next membership, the donor's state hand-off, and a restarted rank's join.
+
+use super::{Membership, Stage, StateMsg, SyncMsg, SyncWorker, HELLO, JOIN_ASKS, PROBE_END, SMALL, WATCHDOG};
+use crate::protocol::{Context, Phase};
+use dsgd_sim::{SimDuration, SimTime};
+use std::collections::BTreeMap;
+
+/// A probe in progress: the proposed epoch and who answered, with their completed iterations.
+pub(super) struct Probing {
+    epoch: u32,
+    responders: BTreeMap<usize, u64>,
+}
+
+/// One watchdog timer stays armed while the worker waits for others; when it fires it re-arms
+/// itself for `timeout` after the last progress, so progress costs no timer operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Watchdog {
+    armed: bool,
+    progress: SimTime,
+}
+
+impl SyncWorker {
+    /// Notes progress, and arms the watchdog if it is not.
+    pub(super) fn arm_watchdog(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.watchdog.progress = ctx.now();
+        if !self.watchdog.armed {
+            self.watchdog.armed = true;
+            ctx.set_timer(self.timeout(), WATCHDOG);
+        }
+    }
+
+    /// The worker waits for others (and no probe runs), so silence means someone is gone.
+    fn waiting(&self) -> bool {
+        self.probing.is_none() && (self.stage == Stage::Reducing || self.stage.awaits_state())
+    }
+
+    /// The watchdog fired: re-arm it if there was progress since; otherwise ask again to join,
+    /// or probe for a new membership.
+    pub(super) fn on_watchdog(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        self.watchdog.armed = false;
+        if !self.waiting() {
+            return;
+        }
+        let quiet = ctx.now().saturating_since(self.watchdog.progress);
+        match self.stage {
+            _ if quiet < self.timeout() => {
+                self.watchdog.armed = true;
+                ctx.set_timer(SimDuration(self.timeout().as_nanos() - quiet.as_nanos()), WATCHDOG);
+            }
+            Stage::Joining { asked } if asked < JOIN_ASKS => {
+                self.stage = Stage::Joining { asked: asked + 1 };
+                self.ask_to_join(ctx);
+            }
+            _ => {
+                ctx.note(format!("timeout in iteration {} (epoch {})", self.done, self.now.epoch));
+                self.start_probe(ctx, self.now.epoch + 1);
+            }
+        }
+    }
+
+    /// Every timeout the lowest member invites the ranks outside the membership to join (a
+    /// restarted rank, or the other side of a healed partition).
+    pub(super) fn on_hello(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        ctx.set_timer(self.timeout(), HELLO);
+        let rank = ctx.rank();
+        let joining = matches!(self.stage, Stage::Joining { .. });
+        if self.probing.is_none() && !joining && self.now.members[0] == rank {
+            for r in (0..ctx.ranks()).filter(|r| !self.now.members.contains(r)) {
+                ctx.send(r, SyncMsg::Join { epoch: self.now.epoch }, SMALL);
+            }
+        }
+    }
+
+    /// Starts a probe of `epoch`: pauses the iteration and asks every rank to answer.
+    fn start_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, epoch: u32) {
+        self.collective.abandon();
+        if self.stage == Stage::Reducing {
+            self.stage = Stage::Computing; // the gradient is kept; the reduction starts over
+        }
+        self.invalidate();
+        let rank = ctx.rank();
+        self.probing = Some(Probing { epoch, responders: [(rank, self.done)].into_iter().collect() });
+        for r in (0..ctx.ranks()).filter(|&r| r != rank) {
+            ctx.send(r, SyncMsg::Probe { epoch, done: self.done }, SMALL);
+        }
+        ctx.set_phase(Phase::Communicating);
+        let tag = self.tag(PROBE_END);
+        ctx.set_timer(self.timeout().mul_f64(0.5), tag);
+    }
+
+    /// A probe: join it if it is newer, merge with a group outside the membership, and count the
+    /// sender as a responder of this worker's probe of the same epoch.
+    pub(super) fn on_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, epoch: u32, done: u64) {
+        let current = self.probing.as_ref().map_or(self.now.epoch, |p| p.epoch);
+        if epoch > current {
+            self.start_probe(ctx, epoch);
+        } else if self.probing.is_none() && !self.now.members.contains(&from) {
+            // A prober from another group (a healed partition): merge in a newer epoch.
+            self.start_probe(ctx, self.now.epoch.max(epoch) + 1);
+        }
+        if let Some(p) = self.probing.as_mut().filter(|p| p.epoch == epoch) {
+            p.responders.insert(from, done);
+        }
+    }
+
+    /// A rank asks to join: answer with the running probe, or start one that takes it in.
+    pub(super) fn on_join(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, epoch: u32) {
+        if let Some(p) = &self.probing {
+            let probe = SyncMsg::Probe { epoch: p.epoch, done: self.done };
+            ctx.send(from, probe, SMALL);
+        } else if !matches!(self.stage, Stage::Joining { .. }) {
+            ctx.note(format!("rank {from} (epoch {epoch}) joins"));
+            self.start_probe(ctx, self.now.epoch.max(epoch) + 1);
+        }
+    }
+
+    /// The probe is over: the responders are the new membership, and the one with the most
+    /// completed iterations (lowest rank on ties) is the donor of the state.
+    pub(super) fn end_probe(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let Some(p) = self.probing.take() else { return };
+        self.gen += 1;
+        let members: Vec<usize> = p.responders.keys().copied().collect();
+        self.now = Membership { view: super::view_id(p.epoch, &members), members: members.into(), epoch: p.epoch };
+        self.collective.drop_before(self.now.view);
+        let view = self.now.view;
+        self.gathered.retain(|k, _| k.0 >= view);
+        let max_done = p.responders.values().copied().max().expect("self responded");
+        ctx.note(format!("epoch {}: members {:?} at iteration {max_done}", self.now.epoch, self.now.members));
+        let donor = p.responders.iter().find(|(_, &d)| d == max_done).map(|(&r, _)| r).expect("max exists");
+        if donor != ctx.rank() {
+            // Everyone adopts the donor's state, so replicas are bit-identical after any
+            // membership change (two halves of a healed partition may have equal counts but
+            // different parameters).
+            self.stage = Stage::AwaitingState;
+            self.arm_watchdog(ctx);
+            if let Some(state) = self.pending_state.take() {
+                self.on_state(ctx, state);
+            }
+            return;
+        }
+        self.stage = Stage::Computing;
+        self.hand_state(ctx, &p);
+        if self.grad.is_some() {
+            self.start_reduce(ctx);
+        } else if self.job.is_none() {
+            self.begin_iteration(ctx);
+        }
+    }
+
+    /// The donor sends its parameters and optimizer state to every other responder.
+    fn hand_state(&mut self, ctx: &mut dyn Context<SyncMsg>, p: &Probing) {
+        let rank = ctx.rank();
+        for (&m, _) in p.responders.iter().filter(|(&m, _)| m != rank) {
+            let msg = SyncMsg::State(Box::new(StateMsg {
+                epoch: self.now.epoch,
+                done: self.done,
+                params: self.params.clone(),
+                velocity: self.opt.velocity().to_vec(),
+                steps: self.opt.steps(),
+            }));
+            ctx.send(m, msg, 2 * Self::bytes(ctx));
+        }
+    }
+
+    /// A restarted rank asks every other rank to take it back.
+    pub(super) fn ask_to_join(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let rank = ctx.rank();
+        for r in (0..ctx.ranks()).filter(|&r| r != rank) {
+            ctx.send(r, SyncMsg::Join { epoch: self.now.epoch }, SMALL);
+        }
+        ctx.set_phase(Phase::Communicating);
+        self.arm_watchdog(ctx);
+    }
+
+    /// A donor's state: kept until this worker's own probe is over, adopted if the worker
+    /// awaits it, ignored if it is stale.
+    pub(super) fn on_state(&mut self, ctx: &mut dyn Context<SyncMsg>, msg: Box<StateMsg>) {
+        if msg.epoch > self.now.epoch || self.probing.is_some() {
+            self.pending_state = Some(msg);
+            return;
+        }
+        let StateMsg { epoch, done, params, velocity, steps } = *msg;
+        if epoch < self.now.epoch || !self.stage.awaits_state() {
+            return;
+        }
+        self.opt.adopt(&velocity, steps);
+        self.adopt(ctx, params, done);
+    }
+}
