@@ -5,8 +5,10 @@
 //! Module map:
 //! - [`protocol`]: the API a protocol sees (`Context`: time, sends, timers, gradients, reports)
 //!   and implements (`Protocol`: its handlers), and `Role` for runs with servers.
-//! - [`protocols`]: the algorithms, one a file: `sync` (all-reduce, backup workers, membership),
-//!   `async_ps`, `easgd`, `gossip` (pull and push-sum).
+//! - [`protocols`]: the algorithms, one a file: `async_ps`, `easgd`, `gossip` (pull and
+//!   push-sum), and `sync` in a folder: the worker's stages and modes (`mod.rs`), the three ways
+//!   it reduces (`reduce.rs`: collective, analytic, backup workers) and its membership changes
+//!   (`membership.rs`: watchdog, probe, state hand-off, join).
 //! - [`collectives`]: all-reduce schedules, one a file (ring, tree, halving-doubling,
 //!   hierarchical) and their closed forms (`analytic`).
 //! - [`optimizer`]: SGD with momentum, Nesterov, weight decay, schedules.
