@@ -9,27 +9,17 @@
 //! `dsgd check` prints it, and `dsgd run`/`sweep` refuse a spec whose estimate exceeds 90% of the
 //! memory available (`MemAvailable`) unless given `--force`.
 
-use crate::spec::{FieldError, Spec, TopologySpec, WorkloadSpec};
+use crate::spec::{FieldError, Spec, WorkloadSpec};
 use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::runner::AlgorithmConfig;
-use dsgd_sim::Jitter;
 
 /// The most parameters a model (or its messages) may have: 2^40 (4 TiB of fp32).
 pub const MAX_PARAMS: usize = 1 << 40;
-/// The longest duration a spec may give, seconds (about 31.7 years; nanoseconds fit in u64).
-pub const MAX_SECONDS: f64 = 1e9;
+pub use dsgd_sim::spec::MAX_SECONDS;
+use dsgd_sim::spec::{HALF_NS, ZERO_NS};
 
 fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
     Err(FieldError { field: field.into(), problem: problem.into() })
-}
-
-/// A number as a person writes it: plain, or in exponent form when very small or large.
-fn num(x: f64) -> String {
-    if x == 0.0 || (1e-4..1e15).contains(&x.abs()) {
-        format!("{x}")
-    } else {
-        format!("{x:e}")
-    }
 }
 
 fn at_most(field: &str, v: usize, max: usize) -> Result<(), FieldError> {
@@ -41,18 +31,8 @@ fn at_most(field: &str, v: usize, max: usize) -> Result<(), FieldError> {
 
 /// A duration in seconds that must be at least `min_s` (and at most [`MAX_SECONDS`]).
 fn duration(field: &str, s: f64, min_s: f64, why: &str) -> Result<(), FieldError> {
-    if s < min_s {
-        return bad(field, format!("is {} s; must be at least {} s {why}", num(s), num(min_s)));
-    }
-    if s > MAX_SECONDS {
-        return bad(field, format!("is {} s; must be at most {} s", num(s), num(MAX_SECONDS)));
-    }
-    Ok(())
+    Ok(dsgd_sim::spec::duration(field, s, min_s, why)?)
 }
-
-/// Half a nanosecond in seconds: a duration below it rounds to 0 ns.
-const HALF_NS: f64 = 0.5e-9;
-const ZERO_NS: &str = "(it would round to 0 ns, and a step that takes no time never lets time pass)";
 
 fn timeout_of(a: &AlgorithmConfig) -> f64 {
     match a {
@@ -76,11 +56,6 @@ pub fn check(spec: &Spec) -> Result<(), FieldError> {
         "(a shorter failure-detection timeout fires before messages arrive, so every round times out)",
     )?;
     check_workload(&spec.workload)?;
-    check_compute(&spec.compute)?;
-    check_network(&spec.network)?;
-    for (i, f) in spec.faults.iter().enumerate() {
-        fault(&format!("faults[{i}]"), f)?;
-    }
     duration("stop.sim_time_s", spec.stop.sim_time_s, HALF_NS, ZERO_NS)?;
     duration("eval.every_s", spec.eval.every_s, 1e-6, "")?;
     if spec.stop.sim_time_s / spec.eval.every_s > 1e7 {
@@ -126,97 +101,6 @@ fn check_workload(workload: &WorkloadSpec) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// The compute model's limits.
-fn check_compute(c: &crate::spec::ComputeSpec) -> Result<(), FieldError> {
-    duration("compute.step_time_ms", c.step_time_ms / 1e3, HALF_NS, ZERO_NS)?;
-    for (&n, &t) in &c.per_node_step_time_ms {
-        duration(&format!("compute.per_node_step_time_ms.{n}"), t / 1e3, HALF_NS, ZERO_NS)?;
-    }
-    match c.straggler.jitter {
-        Jitter::Exponential { mean } if mean > 1e3 => {
-            return bad("compute.straggler.jitter.mean", format!("is {mean}; must be at most 1000"))
-        }
-        Jitter::LogNormal { sigma } if sigma > 3.0 => {
-            return bad(
-                "compute.straggler.jitter.sigma",
-                format!("is {sigma}; must be at most 3 (a factor of e^12 at four standard deviations)"),
-            )
-        }
-        Jitter::Pareto { alpha } if alpha < 1.0 => {
-            return bad(
-                "compute.straggler.jitter.alpha",
-                format!("is {alpha}; must be at least 1 (below 1 the mean step time is infinite)"),
-            )
-        }
-        _ => {}
-    }
-    for (&n, &f) in &c.straggler.slow_nodes {
-        factor(&format!("compute.straggler.slow_nodes.{n}"), f)?;
-    }
-    for (i, s) in c.straggler.slowdowns.iter().enumerate() {
-        factor(&format!("compute.straggler.slowdowns[{i}].factor"), s.factor)?;
-    }
-    Ok(())
-}
-
-/// The network's limits.
-fn check_network(net: &crate::spec::NetworkSpec) -> Result<(), FieldError> {
-    duration("network.latency_us", net.latency_us / 1e6, 0.0, "")?;
-    gbps("network.bandwidth_gbps", net.bandwidth_gbps)?;
-    if let Some(rto) = net.rto_ms {
-        duration("network.rto_ms", rto / 1e3, 1e-3, "(1 ms)")?;
-    }
-    for (&n, o) in &net.per_node {
-        if let Some(l) = o.latency_us {
-            duration(&format!("network.per_node.{n}.latency_us"), l / 1e6, 0.0, "")?;
-        }
-        if let Some(b) = o.bandwidth_gbps {
-            gbps(&format!("network.per_node.{n}.bandwidth_gbps"), b)?;
-        }
-    }
-    if let TopologySpec::Racks { uplink_gbps, core_latency_us, .. } = net.topology {
-        gbps("network.topology.uplink_gbps", uplink_gbps)?;
-        duration("network.topology.core_latency_us", core_latency_us / 1e6, 0.0, "")?;
-    }
-    Ok(())
-}
-
-fn factor(field: &str, f: f64) -> Result<(), FieldError> {
-    if !(1e-6..=1e6).contains(&f) {
-        return bad(field, format!("is {}; must be between 1e-6 and 1e6", num(f)));
-    }
-    Ok(())
-}
-
-fn gbps(field: &str, b: f64) -> Result<(), FieldError> {
-    if !(1e-6..=1e6).contains(&b) {
-        return bad(field, format!("is {}; must be between 1e-6 (1 kbit/s) and 1e6 (1 Pbit/s)", num(b)));
-    }
-    Ok(())
-}
-
-fn fault(p: &str, f: &crate::spec::FaultSpec) -> Result<(), FieldError> {
-    use crate::spec::FaultSpec;
-    match f {
-        FaultSpec::Crash { at_s, .. } | FaultSpec::Restart { at_s, .. } => {
-            duration(&format!("{p}.at_s"), *at_s, 0.0, "")
-        }
-        FaultSpec::NicDegrade { from_s, until_s, factor: f, .. } => {
-            duration(&format!("{p}.from_s"), *from_s, 0.0, "")?;
-            duration(&format!("{p}.until_s"), *until_s, 0.0, "")?;
-            factor(&format!("{p}.factor"), *f)
-        }
-        FaultSpec::Partition { from_s, until_s, .. } | FaultSpec::MessageLoss { from_s, until_s, .. } => {
-            duration(&format!("{p}.from_s"), *from_s, 0.0, "")?;
-            duration(&format!("{p}.until_s"), *until_s, 0.0, "")
-        }
-        FaultSpec::Random { mtbf_s, mttr_s, .. } => {
-            duration(&format!("{p}.mtbf_s"), *mtbf_s, 1e-3, "")?;
-            duration(&format!("{p}.mttr_s"), *mttr_s, 1e-3, "")
-        }
-    }
-}
-
 /// What a run is expected to need.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Estimate {
@@ -238,10 +122,7 @@ pub struct Estimate {
 
 /// Group size and number of groups of the hierarchical collectives under `spec`.
 fn groups(spec: &Spec, c: &dsgd_runtime::protocols::sync::SyncConfig) -> (f64, f64) {
-    let rack = match spec.network.topology {
-        crate::spec::TopologySpec::Racks { rack_size, .. } => Some(rack_size),
-        crate::spec::TopologySpec::Flat => None,
-    };
+    let rack = spec.network.topology.rack_size();
     let g = c.group_size.or(rack).unwrap_or(spec.nodes).clamp(1, spec.nodes.max(1));
     (g as f64, spec.nodes.div_ceil(g) as f64)
 }

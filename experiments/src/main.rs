@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use dsgd_experiments::execute::{execute, execute_with, write_run};
 use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::{fresh_dir, write_atomic};
-use dsgd_experiments::spec::GradientTime;
+use dsgd_experiments::spec::StepTimes;
 use dsgd_experiments::sweep::{self, RunRecord};
 use dsgd_experiments::{analysis, plot, report};
 use std::path::{Path, PathBuf};
@@ -672,7 +672,7 @@ fn replay(dir: &Path) -> Result<ExitCode, String> {
     let mut verdicts = Vec::new();
     for r in &runs {
         let recording = dsgd_experiments::execute::saved_recording(&r.dir)?;
-        if recording.is_none() && r.spec.compute.gradient_time == GradientTime::Measured {
+        if recording.is_none() && r.spec.compute.gradient_time == StepTimes::Measured {
             return Err(format!(
                 "{}: a measured run without its {}; it cannot be replayed",
                 r.dir.display(),

@@ -16,12 +16,12 @@ use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_runtime::timing::GradientTiming;
 use dsgd_runtime::train::{StopRule, TrainConfig};
-use dsgd_sim::{
-    Bandwidth, ComputeConfig, Fault, FaultConfig, Jitter, NetMode, NetworkConfig, NicOverride, RandomFailures,
-    SimConfig, SimDuration, SimTime, Slowdown, Topology,
+pub use dsgd_sim::spec::{
+    ComputeSpec, FaultSpec, ModeSpec, NetworkSpec, NicSpec, SlowdownSpec, StepTimes, StragglerSpec, TopologySpec,
+    TransportSpec, DEFAULT_RTO_MS,
 };
+use dsgd_sim::SimConfig;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A problem with a spec: which field, and what is wrong with it.
@@ -32,6 +32,15 @@ pub struct FieldError {
     pub field: String,
     /// What is wrong and what is allowed.
     pub problem: String,
+}
+
+impl From<dsgd_sim::SimError> for FieldError {
+    fn from(e: dsgd_sim::SimError) -> Self {
+        match e {
+            dsgd_sim::SimError::InvalidConfig { field, problem } => FieldError { field, problem },
+            other => FieldError { field: String::new(), problem: other.to_string() },
+        }
+    }
 }
 
 fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
@@ -234,222 +243,6 @@ impl Default for WorkloadSpec {
     }
 }
 
-/// Step times.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ComputeSpec {
-    /// Where gradient durations come from: `model` (default) or `measured`.
-    pub gradient_time: GradientTime,
-    /// Time of one gradient on one worker, milliseconds (default 100).
-    pub step_time_ms: f64,
-    /// Workers whose step time differs, by rank (heterogeneous clusters).
-    pub per_node_step_time_ms: BTreeMap<usize, f64>,
-    /// Stragglers.
-    pub straggler: StragglerSpec,
-}
-
-impl Default for ComputeSpec {
-    fn default() -> Self {
-        ComputeSpec {
-            gradient_time: GradientTime::Model,
-            step_time_ms: 100.0,
-            per_node_step_time_ms: BTreeMap::new(),
-            straggler: StragglerSpec::default(),
-        }
-    }
-}
-
-/// The source of gradient durations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GradientTime {
-    /// The compute model: `step_time_ms`, per-node times and jitter (deterministic).
-    #[default]
-    Model,
-    /// Each real gradient's wall time on this machine, recorded in `gradient_times.csv` so that
-    /// `dsgd replay` reproduces the run exactly. Stragglers still multiply it; jitter and step
-    /// times are not used.
-    Measured,
-}
-
-/// Stragglers: jitter on every step, persistently slow nodes, temporary slowdowns.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StragglerSpec {
-    /// Jitter distribution (default none).
-    pub jitter: Jitter,
-    /// Rank -> factor, e.g. `{"3": 10}` for a 10x straggler.
-    pub slow_nodes: BTreeMap<usize, f64>,
-    /// Temporary slowdowns.
-    pub slowdowns: Vec<SlowdownSpec>,
-}
-
-/// A temporary slowdown.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlowdownSpec {
-    /// Rank, or absent for every rank.
-    #[serde(default)]
-    pub node: Option<usize>,
-    /// Start, seconds.
-    pub from_s: f64,
-    /// End, seconds.
-    pub until_s: f64,
-    /// Factor on steps that start inside the window.
-    pub factor: f64,
-}
-
-/// The network.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NetworkSpec {
-    /// One-way latency, microseconds (default 10).
-    pub latency_us: f64,
-    /// NIC bandwidth, gigabits per second (default 10).
-    pub bandwidth_gbps: f64,
-    /// Ranks whose NIC differs.
-    pub per_node: BTreeMap<usize, NicSpec>,
-    /// Wiring (default flat).
-    pub topology: TopologySpec,
-    /// `contention` (default) or `analytic`.
-    pub mode: ModeSpec,
-    /// What a message lost at random costs: `reliable` (the default for specs: it is sent again
-    /// after `rto_ms`, doubling per loss) or `datagram` (lost is lost). A recorded `spec.json`
-    /// without the field was run before it existed, with datagram semantics, and replays so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transport: Option<TransportSpec>,
-    /// The reliable transport's retransmission timeout, milliseconds (default 200, TCP's
-    /// minimum on Linux).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rto_ms: Option<f64>,
-}
-
-/// What a message lost at random costs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransportSpec {
-    /// Sent again after a retransmission timeout: loss costs time, as on TCP.
-    Reliable,
-    /// Lost is lost.
-    Datagram,
-}
-
-/// The default retransmission timeout, milliseconds.
-pub const DEFAULT_RTO_MS: f64 = 200.0;
-
-impl Default for NetworkSpec {
-    fn default() -> Self {
-        NetworkSpec {
-            latency_us: 10.0,
-            bandwidth_gbps: 10.0,
-            per_node: BTreeMap::new(),
-            topology: TopologySpec::Flat,
-            mode: ModeSpec::Contention,
-            transport: None,
-            rto_ms: None,
-        }
-    }
-}
-
-/// A NIC override.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NicSpec {
-    /// Latency, microseconds.
-    pub latency_us: Option<f64>,
-    /// Bandwidth, gigabits per second.
-    pub bandwidth_gbps: Option<f64>,
-}
-
-/// Wiring.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum TopologySpec {
-    /// One non-blocking switch.
-    #[default]
-    Flat,
-    /// Racks joined by an oversubscribed core.
-    Racks {
-        /// Ranks per rack.
-        rack_size: usize,
-        /// Uplink bandwidth of a rack, gigabits per second.
-        uplink_gbps: f64,
-        /// Extra latency across the core, microseconds (default 0).
-        #[serde(default)]
-        core_latency_us: f64,
-    },
-}
-
-/// Transfer model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModeSpec {
-    /// FIFO links with queueing.
-    #[default]
-    Contention,
-    /// latency + S/B, no queueing.
-    Analytic,
-}
-
-/// One fault.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum FaultSpec {
-    /// A rank crashes.
-    Crash {
-        /// Rank.
-        node: usize,
-        /// When, seconds.
-        at_s: f64,
-    },
-    /// A crashed rank restarts.
-    Restart {
-        /// Rank.
-        node: usize,
-        /// When, seconds.
-        at_s: f64,
-    },
-    /// A rank's NIC slows down over a window.
-    NicDegrade {
-        /// Rank.
-        node: usize,
-        /// Start, seconds.
-        from_s: f64,
-        /// End, seconds.
-        until_s: f64,
-        /// Bandwidth factor.
-        factor: f64,
-    },
-    /// The network splits into groups over a window.
-    Partition {
-        /// Start, seconds.
-        from_s: f64,
-        /// End, seconds.
-        until_s: f64,
-        /// Groups of ranks; unlisted ranks form one more group.
-        groups: Vec<Vec<usize>>,
-    },
-    /// Random message loss over a window.
-    MessageLoss {
-        /// Start, seconds.
-        from_s: f64,
-        /// End, seconds.
-        until_s: f64,
-        /// Loss probability.
-        probability: f64,
-    },
-    /// Random crashes and repairs.
-    Random {
-        /// Mean time between failures per rank, seconds.
-        mtbf_s: f64,
-        /// Mean time to repair, seconds.
-        mttr_s: f64,
-        /// The ranks that fail (default all).
-        #[serde(default)]
-        nodes: Vec<usize>,
-    },
-}
-
 /// Evaluation settings.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -482,19 +275,6 @@ fn finite_nonneg(field: &str, x: f64) -> Result<(), FieldError> {
         bad(field, format!("is {x}; must be zero or a positive number"))
     }
 }
-fn window(field: &str, from: f64, until: f64) -> Result<(), FieldError> {
-    finite_nonneg(&format!("{field}.from_s"), from)?;
-    finite_nonneg(&format!("{field}.until_s"), until)?;
-    if until < from {
-        return bad(format!("{field}.until_s"), format!("({until}) is before from_s ({from})"));
-    }
-    Ok(())
-}
-
-fn secs(x: f64) -> SimTime {
-    SimTime::from_secs_f64(x)
-}
-
 /// Everything a run needs, translated from a spec.
 pub struct Resolved {
     /// The algorithm.
@@ -517,24 +297,11 @@ impl Spec {
         self.algorithm.ranks(self.nodes)
     }
 
-    fn rank_ok(&self, field: String, n: usize) -> Result<(), FieldError> {
-        let ranks = self.ranks();
-        if n < ranks {
-            return Ok(());
-        }
-        let servers = ranks - self.nodes;
-        let extra =
-            if servers > 0 { format!(" ({} workers, then {servers} server ranks)", self.nodes) } else { String::new() };
-        bad(field, format!("names rank {n}, but the run has ranks 0..{ranks}{extra}"))
-    }
-
     /// Checks every value; the first problem found is returned with its field's path.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.validate_algorithm()?;
         self.validate_workload()?;
-        self.validate_compute()?;
-        self.validate_network()?;
-        self.validate_faults()?;
+        self.validate_engine()?;
         self.validate_stop_and_eval()?;
         crate::bounds::check(self)
     }
@@ -635,104 +402,21 @@ impl Spec {
         Ok(())
     }
 
-    /// Step times and stragglers.
-    fn validate_compute(&self) -> Result<(), FieldError> {
-        finite_pos("compute.step_time_ms", self.compute.step_time_ms)?;
-        for (&n, &t) in &self.compute.per_node_step_time_ms {
-            self.rank_ok(format!("compute.per_node_step_time_ms.{n}"), n)?;
-            finite_pos(&format!("compute.per_node_step_time_ms.{n}"), t)?;
-        }
-        let st = &self.compute.straggler;
-        match st.jitter {
-            Jitter::None => {}
-            Jitter::Exponential { mean } => finite_nonneg("compute.straggler.jitter.mean", mean)?,
-            Jitter::LogNormal { sigma } => finite_nonneg("compute.straggler.jitter.sigma", sigma)?,
-            Jitter::Pareto { alpha } => finite_pos("compute.straggler.jitter.alpha", alpha)?,
-        }
-        for (&n, &f) in &st.slow_nodes {
-            self.rank_ok(format!("compute.straggler.slow_nodes.{n}"), n)?;
-            finite_pos(&format!("compute.straggler.slow_nodes.{n}"), f)?;
-        }
-        for (i, s) in st.slowdowns.iter().enumerate() {
-            let f = format!("compute.straggler.slowdowns[{i}]");
-            if let Some(n) = s.node {
-                self.rank_ok(format!("{f}.node"), n)?;
+    /// The engine's sections: each checks itself; the path gains the section's name, and a
+    /// rank out of range learns which ranks are servers.
+    fn validate_engine(&self) -> Result<(), FieldError> {
+        let ranks = self.ranks();
+        let servers = ranks - self.nodes;
+        let field = |e: dsgd_sim::SimError| {
+            let mut e = FieldError::from(e);
+            if servers > 0 && e.problem.starts_with("names rank") {
+                e.problem += &format!(" ({} workers, then {servers} server ranks)", self.nodes);
             }
-            window(&f, s.from_s, s.until_s)?;
-            finite_pos(&format!("{f}.factor"), s.factor)?;
-        }
-        Ok(())
-    }
-
-    /// Latencies, bandwidths and the topology.
-    fn validate_network(&self) -> Result<(), FieldError> {
-        let net = &self.network;
-        finite_nonneg("network.latency_us", net.latency_us)?;
-        finite_pos("network.bandwidth_gbps", net.bandwidth_gbps)?;
-        for (&n, o) in &net.per_node {
-            self.rank_ok(format!("network.per_node.{n}"), n)?;
-            if let Some(l) = o.latency_us {
-                finite_nonneg(&format!("network.per_node.{n}.latency_us"), l)?;
-            }
-            if let Some(b) = o.bandwidth_gbps {
-                finite_pos(&format!("network.per_node.{n}.bandwidth_gbps"), b)?;
-            }
-        }
-        if let TopologySpec::Racks { rack_size, uplink_gbps, core_latency_us } = net.topology {
-            if rack_size == 0 {
-                return bad("network.topology.rack_size", "must be at least 1");
-            }
-            finite_pos("network.topology.uplink_gbps", uplink_gbps)?;
-            finite_nonneg("network.topology.core_latency_us", core_latency_us)?;
-        }
-        Ok(())
-    }
-
-    /// Every fault's ranks, times and values.
-    fn validate_faults(&self) -> Result<(), FieldError> {
-        for (i, f) in self.faults.iter().enumerate() {
-            let p = format!("faults[{i}]");
-            match f {
-                FaultSpec::Crash { node, at_s } | FaultSpec::Restart { node, at_s } => {
-                    self.rank_ok(format!("{p}.node"), *node)?;
-                    finite_nonneg(&format!("{p}.at_s"), *at_s)?;
-                }
-                FaultSpec::NicDegrade { node, from_s, until_s, factor } => {
-                    self.rank_ok(format!("{p}.node"), *node)?;
-                    window(&p, *from_s, *until_s)?;
-                    finite_pos(&format!("{p}.factor"), *factor)?;
-                }
-                FaultSpec::Partition { from_s, until_s, groups } => {
-                    window(&p, *from_s, *until_s)?;
-                    let mut seen = std::collections::BTreeSet::new();
-                    for (g, members) in groups.iter().enumerate() {
-                        for &n in members {
-                            self.rank_ok(format!("{p}.groups[{g}]"), n)?;
-                            if !seen.insert(n) {
-                                return bad(format!("{p}.groups[{g}]"), format!("rank {n} is in more than one group"));
-                            }
-                        }
-                    }
-                }
-                FaultSpec::MessageLoss { from_s, until_s, probability } => {
-                    window(&p, *from_s, *until_s)?;
-                    if !(0.0..=1.0).contains(probability) {
-                        return bad(format!("{p}.probability"), format!("is {probability}; must be in [0, 1]"));
-                    }
-                }
-                FaultSpec::Random { mtbf_s, mttr_s, nodes } => {
-                    finite_pos(&format!("{p}.mtbf_s"), *mtbf_s)?;
-                    finite_pos(&format!("{p}.mttr_s"), *mttr_s)?;
-                    for &n in nodes {
-                        self.rank_ok(format!("{p}.nodes"), n)?;
-                    }
-                }
-            }
-        }
-        if self.faults.iter().filter(|f| matches!(f, FaultSpec::Random { .. })).count() > 1 {
-            return bad("faults", "at most one `random` entry is allowed");
-        }
-        Ok(())
+            e
+        };
+        self.compute.validate(ranks).map_err(|e| field(e.under("compute")))?;
+        self.network.validate(ranks).map_err(|e| field(e.under("network")))?;
+        dsgd_sim::spec::validate_faults(&self.faults, ranks).map_err(|e| field(e.under("faults")))
     }
 
     /// The stopping rule, the evaluation and the name.
@@ -793,7 +477,8 @@ impl Spec {
     /// The engine's, runtime's and workload's configurations (validates first).
     pub fn resolve(&self) -> Result<Resolved, FieldError> {
         self.validate()?;
-        let (network, compute, faults) = (self.network_config(), self.compute_config(), self.fault_config());
+        let (network, compute) = (self.network.config(), self.compute.config());
+        let faults = dsgd_sim::spec::fault_config(&self.faults);
         let workload = self.workload()?;
         let train = TrainConfig {
             batch: self.batch,
@@ -805,95 +490,10 @@ impl Spec {
         };
         let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
         let timing = match self.compute.gradient_time {
-            GradientTime::Model => GradientTiming::Model,
-            GradientTime::Measured => GradientTiming::Measure,
+            StepTimes::Model => GradientTiming::Model,
+            StepTimes::Measured => GradientTiming::Measure,
         };
         Ok(Resolved { algorithm: self.algorithm, workers: self.nodes, sim, workload, train, timing })
-    }
-
-    /// The engine's network configuration in its units.
-    fn network_config(&self) -> NetworkConfig {
-        let net = &self.network;
-        NetworkConfig {
-            transport: match net.transport {
-                Some(TransportSpec::Reliable) => dsgd_sim::Transport::Reliable {
-                    rto: SimDuration::from_secs_f64(net.rto_ms.unwrap_or(DEFAULT_RTO_MS) * 1e-3),
-                },
-                Some(TransportSpec::Datagram) | None => dsgd_sim::Transport::Datagram,
-            },
-            latency: SimDuration::from_secs_f64(net.latency_us * 1e-6),
-            bandwidth: Bandwidth::from_gbps(net.bandwidth_gbps),
-            per_node: net
-                .per_node
-                .iter()
-                .map(|(&n, o)| {
-                    let nic = NicOverride {
-                        latency: o.latency_us.map(|l| SimDuration::from_secs_f64(l * 1e-6)),
-                        bandwidth: o.bandwidth_gbps.map(Bandwidth::from_gbps),
-                    };
-                    (n, nic)
-                })
-                .collect(),
-            topology: match net.topology {
-                TopologySpec::Flat => Topology::Flat,
-                TopologySpec::Racks { rack_size, uplink_gbps, core_latency_us } => Topology::Racks {
-                    rack_size,
-                    uplink: Bandwidth::from_gbps(uplink_gbps),
-                    core_latency: SimDuration::from_secs_f64(core_latency_us * 1e-6),
-                },
-            },
-            mode: match net.mode {
-                ModeSpec::Contention => NetMode::Contention,
-                ModeSpec::Analytic => NetMode::Analytic,
-            },
-        }
-    }
-
-    /// The engine's compute configuration in its units.
-    fn compute_config(&self) -> ComputeConfig {
-        let ms = |x: f64| SimDuration::from_secs_f64(x * 1e-3);
-        let st = &self.compute.straggler;
-        ComputeConfig {
-            base: ms(self.compute.step_time_ms),
-            per_node_base: self.compute.per_node_step_time_ms.iter().map(|(&n, &t)| (n, ms(t))).collect(),
-            jitter: st.jitter,
-            slow_nodes: st.slow_nodes.clone(),
-            slowdowns: st
-                .slowdowns
-                .iter()
-                .map(|s| Slowdown { node: s.node, from: secs(s.from_s), until: secs(s.until_s), factor: s.factor })
-                .collect(),
-        }
-    }
-
-    /// The engine's fault configuration in its units.
-    fn fault_config(&self) -> FaultConfig {
-        let mut faults = FaultConfig::default();
-        for f in &self.faults {
-            let fault = match f {
-                FaultSpec::Crash { node, at_s } => Fault::Crash { node: *node, at: secs(*at_s) },
-                FaultSpec::Restart { node, at_s } => Fault::Restart { node: *node, at: secs(*at_s) },
-                FaultSpec::NicDegrade { node, from_s, until_s, factor } => {
-                    Fault::NicDegrade { node: *node, from: secs(*from_s), until: secs(*until_s), factor: *factor }
-                }
-                FaultSpec::Partition { from_s, until_s, groups } => {
-                    Fault::Partition { from: secs(*from_s), until: secs(*until_s), groups: groups.clone() }
-                }
-                FaultSpec::MessageLoss { from_s, until_s, probability } => {
-                    Fault::MessageLoss { from: secs(*from_s), until: secs(*until_s), probability: *probability }
-                }
-                FaultSpec::Random { mtbf_s, mttr_s, nodes } => {
-                    faults.random = Some(RandomFailures {
-                        mtbf: SimDuration::from_secs_f64(*mtbf_s),
-                        mttr: SimDuration::from_secs_f64(*mttr_s),
-                        nodes: nodes.clone(),
-                    });
-                    continue;
-                }
-            };
-            faults.schedule.push(fault);
-        }
-        faults
     }
 
     /// The workload, in its message size when `wire_params` says so; loads data for burn.

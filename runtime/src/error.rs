@@ -19,7 +19,7 @@ impl ConfigError {
     }
     /// The same error seen from the configuration that holds the checked one as `name`.
     pub fn under(self, name: &str) -> Self {
-        ConfigError { field: format!("{name}.{}", self.field), ..self }
+        ConfigError { field: dsgd_sim::error::join_path(name, &self.field), ..self }
     }
 }
 

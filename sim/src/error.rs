@@ -74,6 +74,28 @@ impl SimError {
     pub fn config(field: impl Into<String>, problem: impl Into<String>) -> Self {
         SimError::InvalidConfig { field: field.into(), problem: problem.into() }
     }
+
+    /// The same error seen from the configuration that holds the checked one as `name`: a
+    /// configuration error's path gains the prefix; other errors are unchanged.
+    pub fn under(self, name: &str) -> Self {
+        match self {
+            SimError::InvalidConfig { field, problem } => {
+                SimError::InvalidConfig { field: join_path(name, &field), problem }
+            }
+            other => other,
+        }
+    }
+}
+
+/// `name.field`, or `name[i]` for an index, or `name` for the section itself (an empty field).
+pub fn join_path(name: &str, field: &str) -> String {
+    if field.is_empty() {
+        name.to_string()
+    } else if name.is_empty() || field.starts_with('[') {
+        format!("{name}{field}")
+    } else {
+        format!("{name}.{field}")
+    }
 }
 
 /// Result type of the engine.

@@ -6,7 +6,8 @@
 //! transfers, on a flat switch or racks with an oversubscribed core; [`compute`] draws step times
 //! with jitter and stragglers; [`faults`] describes crashes, restarts, degraded NICs, partitions and
 //! message loss; every processed event feeds a 64-bit [`Digest`], and a [`Trace`] can be exported
-//! for Perfetto. The engine knows nothing about SGD: [`Sim`] is driven by a caller that owns the
+//! for Perfetto. [`spec`] is the engine's configuration as a user writes it (units, defaults,
+//! validation with relative paths). The engine knows nothing about SGD: [`Sim`] is driven by a caller that owns the
 //! nodes' behaviour.
 
 pub mod compute;
@@ -18,6 +19,7 @@ pub mod net;
 pub mod queue;
 pub mod radix;
 pub mod rng;
+pub mod spec;
 pub mod time;
 pub mod trace;
 
