@@ -15,6 +15,7 @@ use dsgd_runtime::optimizer::OptimizerConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_runtime::timing::GradientTiming;
+pub use dsgd_runtime::train::EvalConfig;
 use dsgd_runtime::train::{StopRule, TrainConfig};
 pub use dsgd_sim::spec::{
     ComputeSpec, FaultSpec, ModeSpec, NetworkSpec, NicSpec, SlowdownSpec, StepTimes, StragglerSpec, TopologySpec,
@@ -74,7 +75,7 @@ pub struct Spec {
     /// When to stop.
     pub stop: StopRule,
     /// Evaluation.
-    pub eval: EvalSpec,
+    pub eval: EvalConfig,
 }
 
 impl Default for Spec {
@@ -91,7 +92,7 @@ impl Default for Spec {
             network: NetworkSpec::default(),
             faults: Vec::new(),
             stop: StopRule::default(),
-            eval: EvalSpec::default(),
+            eval: EvalConfig::default(),
         }
     }
 }
@@ -243,24 +244,6 @@ impl Default for WorkloadSpec {
     }
 }
 
-/// Evaluation settings.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EvalSpec {
-    /// Evaluate every this many simulated seconds (default 1).
-    pub every_s: f64,
-    /// Evaluate every replica at every evaluation (default false).
-    pub per_node: bool,
-    /// Record node timelines over the first this many seconds (default 5).
-    pub timeline_s: f64,
-}
-
-impl Default for EvalSpec {
-    fn default() -> Self {
-        EvalSpec { every_s: 1.0, per_node: false, timeline_s: 5.0 }
-    }
-}
-
 fn finite_pos(field: &str, x: f64) -> Result<(), FieldError> {
     if x.is_finite() && x > 0.0 {
         Ok(())
@@ -297,12 +280,17 @@ impl Spec {
         self.algorithm.ranks(self.nodes)
     }
 
+    /// The settings every algorithm's run shares.
+    pub fn train(&self) -> TrainConfig {
+        TrainConfig { batch: self.batch, optimizer: self.optimizer, eval: self.eval, stop: self.stop }
+    }
+
     /// Checks every value; the first problem found is returned with its field's path.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.validate_algorithm()?;
         self.validate_workload()?;
         self.validate_engine()?;
-        self.validate_stop_and_eval()?;
+        plain_name(&self.name)?;
         crate::bounds::check(self)
     }
 
@@ -311,12 +299,9 @@ impl Spec {
         if self.nodes == 0 || self.nodes > 100_000 {
             return bad("nodes", format!("is {}; must be between 1 and 100000", self.nodes));
         }
-        if self.batch == 0 {
-            return bad("batch", "must be at least 1");
-        }
         let field = |e: dsgd_runtime::error::ConfigError| FieldError { field: e.field, problem: e.problem };
         self.algorithm.validate(self.nodes).map_err(|e| field(e.under("algorithm")))?;
-        self.optimizer.validate().map_err(|e| field(e.under("optimizer")))?;
+        self.train().validate().map_err(field)?;
         if let AlgorithmConfig::Sync(c) = &self.algorithm {
             if c.collective.is_hierarchical() && c.group_size.is_none() && self.network.topology == TopologySpec::Flat {
                 return bad(
@@ -418,25 +403,6 @@ impl Spec {
         self.network.validate(ranks).map_err(|e| field(e.under("network")))?;
         dsgd_sim::spec::validate_faults(&self.faults, ranks).map_err(|e| field(e.under("faults")))
     }
-
-    /// The stopping rule, the evaluation and the name.
-    fn validate_stop_and_eval(&self) -> Result<(), FieldError> {
-        finite_pos("stop.sim_time_s", self.stop.sim_time_s)?;
-        if let Some(a) = self.stop.target_accuracy {
-            if !(0.0..=1.0).contains(&a) {
-                return bad("stop.target_accuracy", format!("is {a}; must be in [0, 1]"));
-            }
-        }
-        if let Some(l) = self.stop.target_loss {
-            if !l.is_finite() {
-                return bad("stop.target_loss", "must be a finite number");
-            }
-        }
-        finite_pos("eval.every_s", self.eval.every_s)?;
-        finite_nonneg("eval.timeline_s", self.eval.timeline_s)?;
-        plain_name(&self.name)?;
-        Ok(())
-    }
 }
 
 /// A run's name names its folder under `runs/`: it must be a plain name, not a path.
@@ -480,14 +446,7 @@ impl Spec {
         let (network, compute) = (self.network.config(), self.compute.config());
         let faults = dsgd_sim::spec::fault_config(&self.faults);
         let workload = self.workload()?;
-        let train = TrainConfig {
-            batch: self.batch,
-            optimizer: self.optimizer,
-            eval_every_s: self.eval.every_s,
-            eval_per_node: self.eval.per_node,
-            stop: self.stop,
-            timeline_s: self.eval.timeline_s,
-        };
+        let train = self.train();
         let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
         let timing = match self.compute.gradient_time {
             StepTimes::Model => GradientTiming::Model,

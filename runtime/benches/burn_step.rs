@@ -11,7 +11,7 @@ use dsgd_models::nets::{dataset, BurnNet, NetKind};
 use dsgd_models::{GradRequest, Workload};
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::{run, AlgorithmConfig};
-use dsgd_runtime::train::{StopRule, TrainConfig};
+use dsgd_runtime::train::{EvalConfig, StopRule, TrainConfig};
 use dsgd_sim::SimConfig;
 use std::sync::Arc;
 
@@ -55,7 +55,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     let train = TrainConfig {
                         batch: 64,
-                        eval_every_s: 1e9,
+                        eval: EvalConfig { every_s: 1e9, ..Default::default() },
                         stop: StopRule { sim_time_s: 1e9, iterations: Some(steps), ..Default::default() },
                         ..Default::default()
                     };

@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use dsgd_models::timing::TimingWorkload;
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::{run, AlgorithmConfig};
-use dsgd_runtime::train::{StopRule, TrainConfig};
+use dsgd_runtime::train::{EvalConfig, StopRule, TrainConfig};
 use dsgd_sim::{Bandwidth, NetworkConfig, SimConfig, SimDuration};
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ fn sync_100_nodes_1000_iterations() -> u64 {
         ..SimConfig::new(100, 1)
     };
     let train = TrainConfig {
-        eval_every_s: 1e6,
+        eval: EvalConfig { every_s: 1e6, ..Default::default() },
         stop: StopRule { sim_time_s: 1e6, iterations: Some(1000), ..Default::default() },
         ..Default::default()
     };

@@ -29,6 +29,15 @@ impl From<ConfigError> for dsgd_sim::SimError {
     }
 }
 
+impl From<dsgd_sim::SimError> for ConfigError {
+    fn from(e: dsgd_sim::SimError) -> Self {
+        match e {
+            dsgd_sim::SimError::InvalidConfig { field, problem } => ConfigError { field, problem },
+            other => ConfigError { field: String::new(), problem: other.to_string() },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

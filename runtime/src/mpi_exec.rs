@@ -15,7 +15,7 @@
 //! - **Stopping**: every rank stops at the wall-time limit; a rank that meets the iteration or
 //!   update rule tells the others. Before leaving, every rank announces that it has sent its
 //!   last message and drains what is still arriving, so no send is left blocked.
-//! - **Evaluation**: every `eval_every_s` each rank snapshots its model view locally; at the end
+//! - **Evaluation**: every `eval.every_s` each rank snapshots its model view locally; at the end
 //!   rank 0 gathers the snapshots and the counters and evaluates the consensus of each instant,
 //!   so the run's `metrics.csv` has the simulator's format with wall-clock times.
 
@@ -382,7 +382,7 @@ where
     world.barrier();
     let start = Instant::now();
     let channels = (out_tx, job_tx);
-    let r = Rank::new(role, (me, ranks), start, channels, model, workload, &streams, train.timeline_s);
+    let r = Rank::new(role, (me, ranks), start, channels, model, workload, &streams, train.eval.timeline_s);
     let mut l = Loop::new(r, train, cfg, done_rx);
     l.r.with_ctx(|p, c| p.on_start(c));
     while l.step(world) {}
@@ -445,7 +445,7 @@ where
             r,
             train,
             end: SimTime::from_secs_f64(train.stop.sim_time_s),
-            every: SimDuration::from_secs_f64(train.eval_every_s).max(SimDuration(1)),
+            every: SimDuration::from_secs_f64(train.eval.every_s).max(SimDuration(1)),
             crashes,
             up: true,
             restart_at: None,

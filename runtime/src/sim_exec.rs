@@ -2,7 +2,7 @@
 //!
 //! It turns engine occurrences into handler calls, computes gradients when the engine says a
 //! computation is done (with the parameters fixed when it started and a seed drawn from the
-//! rank's `("data", rank)` stream), evaluates the consensus model every `eval_every_s` of
+//! rank's `("data", rank)` stream), evaluates the consensus model every `eval.every_s` of
 //! simulated time, applies the stopping rule and folds every evaluated loss and the final
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
@@ -132,7 +132,7 @@ pub struct SimExecutor<P: Protocol> {
     metrics: Metrics,
     threads: usize,
     timing: GradientDurations,
-    /// The timeline's window (`train.timeline_s`), converted once.
+    /// The timeline's window (`train.eval.timeline_s`), converted once.
     window: SimTime,
 }
 
@@ -215,7 +215,7 @@ impl<P: Protocol> SimExecutor<P> {
         let engine = Sim::new(sim)?;
         let data_rngs = (0..sim.nodes).map(|r| engine.streams().stream("data", r as u64)).collect();
         let proto_rngs = (0..sim.nodes).map(|r| engine.streams().stream("protocol", r as u64)).collect();
-        let window = SimTime::from_secs_f64(train.timeline_s);
+        let window = SimTime::from_secs_f64(train.eval.timeline_s);
         Ok(SimExecutor {
             window,
             sim: engine,
@@ -384,7 +384,7 @@ impl<P: Protocol> SimExecutor<P> {
     pub fn run(mut self) -> Result<RunResult, SimError> {
         let stop = self.train.stop;
         let end = SimTime::from_secs_f64(stop.sim_time_s);
-        let every = SimDuration::from_secs_f64(self.train.eval_every_s).max(SimDuration(1));
+        let every = SimDuration::from_secs_f64(self.train.eval.every_s).max(SimDuration(1));
         for r in 0..self.roles.len() {
             self.with_ctx(r, |p, c| p.on_start(c));
         }
@@ -415,7 +415,7 @@ impl<P: Protocol> SimExecutor<P> {
                 next_eval = end; // nothing will change: jump to the end
             }
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
-            let (sample, _) = self.evaluate(self.train.eval_per_node);
+            let (sample, _) = self.evaluate(self.train.eval.per_node);
             let hit = stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {

@@ -98,7 +98,7 @@ fn sync_pays_the_expected_maximum_of_exponential_jitter() {
         sim.compute.jitter = Jitter::Exponential { mean: 1.0 };
         let mut t = train(1e6);
         t.stop.iterations = Some(3000);
-        t.eval_every_s = 1e5;
+        t.eval.every_s = 1e5;
         let r = go(sync(CollectiveKind::Ring), n, &sim, timing(16), t);
         let measured = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
         let h: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
@@ -130,7 +130,7 @@ fn sync_sgd_on_the_quadratic_follows_the_closed_form_recursion() {
                 t.batch = batch;
                 t.optimizer.lr = lr;
                 t.stop = StopRule { sim_time_s: (steps as f64 + 0.5) * period, ..Default::default() };
-                t.eval_every_s = 1e3;
+                t.eval.every_s = 1e3;
                 let r = go(
                     sync(CollectiveKind::Ring),
                     workers,

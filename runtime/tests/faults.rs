@@ -50,7 +50,7 @@ fn run_with(alg: AlgorithmConfig, faults: Vec<Fault>, slow: Option<(usize, f64)>
     }
     let mut t = train(END);
     t.optimizer.lr = 0.2;
-    t.eval_every_s = 0.25;
+    t.eval.every_s = 0.25;
     go(alg, WORKERS, &sim, quadratic(), t)
 }
 
@@ -166,7 +166,7 @@ fn every_algorithm_survives_a_storm_of_faults() {
         ];
         let mut t = train(16.0);
         t.optimizer.lr = 0.2;
-        t.eval_every_s = 0.25;
+        t.eval.every_s = 0.25;
         let r = go(alg, 8, &sim, quadratic(), t);
         assert_eq!(r.stop, StopReason::SimTime, "{label}");
         let s = &r.metrics.samples;
@@ -224,7 +224,7 @@ fn with_no_live_model_an_evaluation_has_no_score_and_never_meets_the_target() {
         sim.faults.schedule = down.iter().map(|&node| Fault::Crash { node, at: secs(3.0) }).collect();
         let mut t = train(END);
         t.optimizer.lr = 0.2;
-        t.eval_every_s = 0.25;
+        t.eval.every_s = 0.25;
         t.stop.target_loss = Some(1e-9);
         let r = go(alg, WORKERS, &sim, quadratic(), t);
         assert_ne!(r.stop, StopReason::Target, "{label}: a dead cluster met the target");

@@ -7,7 +7,7 @@ use dsgd_models::Workload;
 use dsgd_runtime::metrics::Sample;
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::runner::{run, AlgorithmConfig};
-use dsgd_runtime::train::{StopRule, TrainConfig};
+use dsgd_runtime::train::{EvalConfig, StopRule, TrainConfig};
 use dsgd_sim::{Bandwidth, ComputeConfig, NetworkConfig, SimConfig, SimDuration};
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ pub fn quadratic() -> Arc<dyn Workload> {
 pub fn train(sim_time_s: f64) -> TrainConfig {
     TrainConfig {
         batch: 8,
-        eval_every_s: sim_time_s / 20.0,
+        eval: EvalConfig { every_s: sim_time_s / 20.0, ..Default::default() },
         stop: StopRule { sim_time_s, ..Default::default() },
         ..Default::default()
     }
