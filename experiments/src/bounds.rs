@@ -1,90 +1,20 @@
-//! Limits that keep every accepted spec runnable: no size or time that overflows or wraps, no
-//! duration that rounds to 0 ns where time must pass, and an estimate of the memory a run needs,
-//! checked against what this machine has before anything runs.
+//! The memory a run needs, checked against what this machine has before anything runs.
 //!
-//! The hard limits ([`check`]) are part of validation: a spec beyond them is refused with its
-//! field, whatever the machine. The memory estimate ([`estimate`]) counts the replicas' and
+//! The hard limits that keep every accepted spec runnable (no size or time that overflows or
+//! wraps, no duration that rounds to 0 ns where time must pass) are part of each section's own
+//! validation ([`MAX_SECONDS`] in the engine's, [`MAX_PARAMS`] in the workload's): a spec beyond
+//! them is refused with its field, whatever the machine. The memory estimate ([`estimate`]) counts the replicas' and
 //! servers' parameter vectors (with the optimizer's and the messages' copies), per-member
 //! collective schedules, the engine's per-node state and the data set;
 //! `dsgd check` prints it, and `dsgd run`/`sweep` refuse a spec whose estimate exceeds 90% of the
 //! memory available (`MemAvailable`) unless given `--force`.
 
-use crate::spec::{FieldError, Spec, WorkloadSpec};
+use crate::spec::{Spec, WorkloadSpec};
 use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::runner::AlgorithmConfig;
 
-/// The most parameters a model (or its messages) may have: 2^40 (4 TiB of fp32).
-pub const MAX_PARAMS: usize = 1 << 40;
+pub use dsgd_models::spec::MAX_PARAMS;
 pub use dsgd_sim::spec::MAX_SECONDS;
-
-fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
-    Err(FieldError { field: field.into(), problem: problem.into() })
-}
-
-fn at_most(field: &str, v: usize, max: usize) -> Result<(), FieldError> {
-    if v > max {
-        return bad(field, format!("is {v}; must be at most {max}"));
-    }
-    Ok(())
-}
-
-/// A duration in seconds that must be at least `min_s` (and at most [`MAX_SECONDS`]).
-fn duration(field: &str, s: f64, min_s: f64, why: &str) -> Result<(), FieldError> {
-    Ok(dsgd_sim::spec::duration(field, s, min_s, why)?)
-}
-
-fn timeout_of(a: &AlgorithmConfig) -> f64 {
-    match a {
-        AlgorithmConfig::Sync(c) => c.timeout_s,
-        AlgorithmConfig::AsyncPs(c) => c.timeout_s,
-        AlgorithmConfig::Easgd(c) => c.timeout_s,
-        AlgorithmConfig::Gossip(c) => c.timeout_s,
-    }
-}
-
-/// Checks the hard limits; the first problem is returned with its field.
-pub fn check(spec: &Spec) -> Result<(), FieldError> {
-    if let AlgorithmConfig::AsyncPs(c) = &spec.algorithm {
-        at_most("algorithm.shards", c.shards, 100_000)?;
-    }
-    duration(
-        "algorithm.timeout_s",
-        timeout_of(&spec.algorithm),
-        1e-3,
-        "(a shorter failure-detection timeout fires before messages arrive, so every round times out)",
-    )?;
-    check_workload(&spec.workload)?;
-    Ok(())
-}
-
-/// The workload's limits.
-fn check_workload(workload: &WorkloadSpec) -> Result<(), FieldError> {
-    match workload {
-        WorkloadSpec::Timing { params } => at_most("workload.params", *params, MAX_PARAMS)?,
-        WorkloadSpec::Quadratic { dim, wire_params, .. } => {
-            at_most("workload.dim", *dim, 1 << 31)?;
-            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
-        }
-        WorkloadSpec::Softmax { classes, features, train, test, wire_params, .. } => {
-            at_most("workload.classes", *classes, 1 << 16)?;
-            at_most("workload.features", *features, 1 << 20)?;
-            at_most("workload.train", *train, 1 << 26)?;
-            at_most("workload.test", *test, 1 << 26)?;
-            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
-            if classes * (features + 1) > 1 << 31 {
-                return bad("workload.features", "classes × (features + 1) parameters must be at most 2^31");
-            }
-        }
-        WorkloadSpec::Burn { hidden, wire_params, .. } => {
-            at_most("workload.hidden", hidden.len(), 64)?;
-            for (i, &h) in hidden.iter().enumerate() {
-                at_most(&format!("workload.hidden[{i}]"), h, 1 << 16)?;
-            }
-            at_most("workload.wire_params", wire_params.unwrap_or(0), MAX_PARAMS)?;
-        }
-    }
-    Ok(())
-}
 
 /// What a run is expected to need.
 #[derive(Clone, Debug, PartialEq)]

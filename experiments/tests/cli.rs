@@ -57,6 +57,25 @@ fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
         (r#"{"stop": {"sim_time_s": -5}}"#, "`stop.sim_time_s`"),
         (r#"{"stop": {"target_accuracy": 1.5}}"#, "`stop.target_accuracy`"),
         (r#"{"eval": {"every_s": 0}}"#, "`eval.every_s`"),
+        // Each layer names the path relative to its section; the spec adds the section's name.
+        (
+            r#"{"workload": {"kind": "burn", "model": "mlp", "hidden": [64, 100000]}}"#,
+            "`workload.hidden[1]`: is 100000",
+        ),
+        (
+            r#"{"nodes": 2, "algorithm": {"kind": "async_ps", "shards": 2}, "network": {"per_node": {"4": {}}}}"#,
+            "`network.per_node.4`: names rank 4, but the run has ranks 0..4 (2 workers, then 2 server ranks)",
+        ),
+        (r#"{"algorithm": {"kind": "async_ps", "shards": 200000}}"#, "`algorithm.shards`"),
+        (r#"{"stop": {"sim_time_s": 100}, "eval": {"every_s": 1e-6}}"#, "`eval.every_s`: 0.000001 s gives"),
+        (
+            r#"{"compute": {"straggler": {"slowdowns": [{"from_s": 0, "until_s": 1, "factor": 1e9}]}}}"#,
+            "`compute.straggler.slowdowns[0].factor`",
+        ),
+        (
+            r#"{"faults": [{"kind": "random", "mtbf_s": 5, "mttr_s": 1}, {"kind": "random", "mtbf_s": 5, "mttr_s": 1}]}"#,
+            "`faults`: at most one `random`",
+        ),
         ("not json", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
     ];

@@ -10,12 +10,15 @@
 //! - [`quadratic::Quadratic`]: the noisy quadratic model with a closed-form loss recursion.
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
 //! - [`wire::WireSized`]: any of these with the message size of another model.
+//! - [`nets`]: burn networks on Fashion-MNIST ([`fashion_mnist`], [`idx`]: the data).
+//! - [`spec`]: the workload section of an experiment spec: defaults, checks, and the builder.
 
 pub mod fashion_mnist;
 pub mod idx;
 pub mod nets;
 pub mod quadratic;
 pub mod softmax;
+pub mod spec;
 pub mod timing;
 pub mod wire;
 

@@ -85,8 +85,8 @@ impl AlgorithmConfig {
                 c.timeout_s
             }
             AlgorithmConfig::AsyncPs(c) => {
-                if c.shards == 0 {
-                    return bad("shards", "must be at least 1".into());
+                if !(1..=100_000).contains(&c.shards) {
+                    return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
                 }
                 c.timeout_s
             }
@@ -111,7 +111,8 @@ impl AlgorithmConfig {
         if !(timeout.is_finite() && timeout > 0.0) {
             return bad("timeout_s", "must be a positive number of seconds".into());
         }
-        Ok(())
+        let why = "(a shorter failure-detection timeout fires before messages arrive, so every round times out)";
+        Ok(dsgd_sim::spec::duration("timeout_s", timeout, 1e-3, why)?)
     }
 }
 
