@@ -31,10 +31,10 @@ pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> R
         r.timing = GradientTiming::Replay(Arc::new(rec));
     }
     let started = Instant::now();
-    let result =
-        runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload, r.train, r.timing).map_err(|e| e.to_string())?;
+    let result = runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing)
+        .map_err(|e| e.to_string())?;
     let wall = started.elapsed().as_secs_f64();
-    let summary = Summary::new(spec, &result, wall);
+    let summary = Summary::new(spec, &result, wall).with_histograms(r.workload.as_ref());
     Ok(Outcome { result, summary })
 }
 

@@ -146,6 +146,13 @@ fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), String
             Err(format!("field `{path}`: expected an object ({{\"field\": value, ...}}), found a list"))
         }
         (Value::Object(g), Value::Object(b)) => {
+            // A tagged variant without fields (`{"kind": "flat"}`) takes no other field, but
+            // serde ignores them there: refuse them here.
+            if let (Some(kind), true) = (g.get("kind"), b.len() == 1 && b.contains_key("kind")) {
+                if let Some(k) = g.keys().find(|k| *k != "kind") {
+                    return Err(format!("field `{}`: unknown field `{k}`; kind {kind} takes no other field", join(k)));
+                }
+            }
             for (k, v) in g {
                 if let Some(w) = b.get(k) {
                     same_containers(v, w, &join(k))?;
@@ -180,11 +187,27 @@ fn refine(value: &Value, path: String, message: &str) -> String {
         return path;
     }
     let join = |k: &str| if path == "." || path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
-    if message.starts_with("unknown variant") {
-        return join("kind");
+    // A tagged object inside this one (`workload.partition`) is reported at this one: find the
+    // child whose kind or field the message names.
+    let quoted = |prefix: &str| message.strip_prefix(prefix).and_then(|r| r.split('`').next()).map(str::to_string);
+    let child = |pick: &dyn Fn(&serde_json::Map<String, Value>) -> bool| {
+        obj.iter().find_map(|(k, v)| match v {
+            Value::Object(o) if o.contains_key("kind") && pick(o) => Some(k.clone()),
+            _ => None,
+        })
+    };
+    if let Some(variant) = quoted("unknown variant `") {
+        let own = obj.get("kind").and_then(Value::as_str) == Some(variant.as_str());
+        return match child(&|o| o.get("kind").and_then(Value::as_str) == Some(variant.as_str())) {
+            Some(c) if !own => join(&format!("{c}.kind")),
+            _ => join("kind"),
+        };
     }
-    if let Some(f) = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
-        return join(f);
+    if let Some(f) = quoted("unknown field `") {
+        return match child(&|o| o.contains_key(&f)) {
+            Some(c) if !obj.contains_key(&f) => join(&format!("{c}.{f}")),
+            _ => join(&f),
+        };
     }
     let keys: Vec<String> = obj.keys().filter(|k| *k != "kind").cloned().collect();
     for k in keys {

@@ -129,6 +129,10 @@ pub struct Summary {
     pub nic_send_s: Vec<f64>,
     /// Final loss of each rank's replica (null for ranks without one).
     pub final_node_losses: Vec<Option<f64>>,
+    /// Each worker's training samples per class, where `workload.partition` splits the training
+    /// set (absent where every worker samples all of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_histograms: Option<Vec<Vec<u64>>>,
 }
 
 fn finite(x: f64) -> Option<f64> {
@@ -224,7 +228,14 @@ impl Summary {
             final_node_losses: last
                 .map(|s| s.node_losses.iter().map(|l| l.and_then(finite)).collect())
                 .unwrap_or_default(),
+            label_histograms: None,
         }
+    }
+
+    /// The summary with the workers' label histograms of `workload`'s partition.
+    pub fn with_histograms(mut self, workload: &dyn dsgd_models::Workload) -> Self {
+        self.label_histograms = workload.label_histograms();
+        self
     }
 }
 

@@ -89,10 +89,11 @@ pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcom
     let cfg = RealConfig { seed: spec.seed, compute: r.sim.compute.clone(), crashes };
     let started = Instant::now();
     let net = r.sim.network.clone();
+    let workload = r.workload.clone();
     let drive = OnMpi { world, workload: r.workload, train: r.train, cfg };
     let result = with_roles(&r.algorithm, r.workers, &r.train, &net, drive).map_err(|e| e.to_string())??;
     Ok(result.map(|result| {
-        let summary = Summary::new(spec, &result, started.elapsed().as_secs_f64());
+        let summary = Summary::new(spec, &result, started.elapsed().as_secs_f64()).with_histograms(workload.as_ref());
         Outcome { result, summary }
     }))
 }

@@ -134,7 +134,7 @@ impl Spec {
     /// Checks every value; the first problem found is returned with its field's path.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.validate_algorithm()?;
-        self.workload.validate()?;
+        self.workload.validate(self.nodes)?;
         self.validate_engine()?;
         plain_name(&self.name)?;
         Ok(())
@@ -219,7 +219,8 @@ impl Spec {
         self.validate()?;
         let (network, compute) = (self.network.config(), self.compute.config());
         let faults = dsgd_sim::spec::fault_config(&self.faults);
-        let workload = self.workload.build()?;
+        let mut rng = dsgd_sim::Streams::new(self.seed).stream("data.partition", 0);
+        let workload = self.workload.build(self.nodes, &mut rng)?;
         let train = self.train();
         let sim = SimConfig { nodes: self.ranks(), seed: self.seed, network, compute, faults, trace: false };
         let timing = match self.compute.gradient_time {

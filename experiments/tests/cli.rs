@@ -76,6 +76,24 @@ fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
             r#"{"faults": [{"kind": "random", "mtbf_s": 5, "mttr_s": 1}, {"kind": "random", "mtbf_s": 5, "mttr_s": 1}]}"#,
             "`faults`: at most one `random`",
         ),
+        (
+            r#"{"workload": {"kind": "softmax", "partition": {"kind": "dirichlet", "alpha": 0}}}"#,
+            "`workload.partition.alpha`",
+        ),
+        (
+            r#"{"workload": {"kind": "burn", "model": "mlp", "partition": {"kind": "labels", "per_worker": 11}}}"#,
+            "`workload.partition.per_worker`",
+        ),
+        (r#"{"workload": {"kind": "softmax", "partition": {"kind": "iid"}}}"#, "`workload.partition.kind`"),
+        (
+            r#"{"workload": {"kind": "softmax", "partition": {"kind": "shards", "alpha": 1}}}"#,
+            "`workload.partition.alpha`",
+        ),
+        (
+            r#"{"nodes": 30, "workload": {"kind": "softmax", "train": 20, "partition": {"kind": "shards"}}}"#,
+            "splits 20 training samples among 30 workers",
+        ),
+        (r#"{"network": {"topology": {"kind": "flat", "rack_size": 4}}}"#, "`network.topology.rack_size`"),
         ("not json", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
     ];

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
 /// Environment variable that overrides the folder.
 pub const ENV_DIR: &str = "DSGD_FASHION_MNIST";
+/// Training images in the full Fashion-MNIST.
+pub const TRAIN: usize = 60_000;
 
 /// Images as `f32` in [0, 1] (row-major, 784 per image) and labels 0..10.
 #[derive(Clone, Debug)]

@@ -11,11 +11,13 @@
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
 //! - [`wire::WireSized`]: any of these with the message size of another model.
 //! - [`nets`]: burn networks on Fashion-MNIST ([`fashion_mnist`], [`idx`]: the data).
+//! - [`partition`]: how a labelled training set is split among workers (shards, labels, Dirichlet).
 //! - [`spec`]: the workload section of an experiment spec: defaults, checks, and the builder.
 
 pub mod fashion_mnist;
 pub mod idx;
 pub mod nets;
+pub mod partition;
 pub mod quadratic;
 pub mod softmax;
 pub mod spec;
@@ -65,6 +67,11 @@ pub trait Workload: Send + Sync {
     /// True if gradients are expensive enough to compute pending jobs on several threads.
     fn parallel_gradients(&self) -> bool {
         false
+    }
+    /// Each worker's count of training samples per class, where the training set is split
+    /// among workers (`None`: every worker samples the whole set).
+    fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
+        None
     }
     /// Bytes of one full parameter (or gradient) vector on the wire.
     fn message_bytes(&self) -> u64 {

@@ -6,9 +6,11 @@
 //! features, row-major) followed by the bias `b`. A minibatch draws `batch` training indices
 //! uniformly with replacement from the request's seed.
 
+use crate::partition::{self, Partition, Parts};
 use crate::{job_rng, Evaluation, GradRequest, Workload};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
+use std::sync::Arc;
 
 /// Configuration of the synthetic problem.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -42,6 +44,8 @@ pub struct Softmax {
     train_y: Vec<u32>,
     test_x: Vec<f32>,
     test_y: Vec<u32>,
+    /// The training set split among workers, and each worker's label histogram.
+    parts: Option<Arc<(Parts, Vec<Vec<u64>>)>>,
 }
 
 fn draw_set(cfg: &SoftmaxConfig, means: &[f64], n: usize, rng: &mut impl Rng) -> (Vec<f32>, Vec<u32>) {
@@ -67,7 +71,17 @@ impl Softmax {
             .collect::<Vec<f64>>();
         let (train_x, train_y) = draw_set(&cfg, &means, cfg.train, &mut rng);
         let (test_x, test_y) = draw_set(&cfg, &means, cfg.test, &mut rng);
-        Softmax { cfg, train_x, train_y, test_x, test_y }
+        Softmax { cfg, train_x, train_y, test_x, test_y, parts: None }
+    }
+
+    /// Splits the training set among `workers` workers (see [`crate::partition`]); every draw
+    /// comes from `rng`.
+    pub fn with_partition(mut self, partition: Partition, workers: usize, rng: &mut impl Rng) -> Self {
+        self.parts = partition.split(&self.train_y, self.cfg.classes, workers, rng).map(|p| {
+            let h = p.histograms(&self.train_y, self.cfg.classes);
+            Arc::new((p, h))
+        });
+        self
     }
 
     /// Logits of sample `x` into `out`.
@@ -112,7 +126,7 @@ impl Workload for Softmax {
         let mut p = vec![0.0f64; k];
         let mut loss = 0.0;
         for _ in 0..b {
-            let i = rng.random_range(0..self.cfg.train);
+            let i = partition::draw(self.parts.as_deref().map(|p| &p.0), req.worker, self.cfg.train, &mut rng);
             let x = &self.train_x[i * d..(i + 1) * d];
             let y = self.train_y[i] as usize;
             self.logits(params, x, &mut p);
@@ -129,6 +143,9 @@ impl Workload for Softmax {
             *g = (a / b as f64) as f32;
         }
         loss / b as f64
+    }
+    fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
+        self.parts.as_ref().map(|p| p.1.clone())
     }
     fn evaluate(&self, params: &[f32]) -> Evaluation {
         let d = self.cfg.features;

@@ -4,6 +4,7 @@
 
 use crate::fashion_mnist;
 use crate::nets::{self, BurnNet, NetKind};
+use crate::partition::Partition;
 use crate::quadratic::Quadratic;
 use crate::softmax::{Softmax, SoftmaxConfig};
 use crate::timing::TimingWorkload;
@@ -104,6 +105,9 @@ pub enum WorkloadSpec {
         /// Dataset seed (default 1).
         #[serde(default = "d_one_u64")]
         data_seed: u64,
+        /// How the training set is split among workers (default `shared`).
+        #[serde(default, skip_serializing_if = "Partition::is_shared")]
+        partition: Partition,
         /// Parameters on the wire (default: the model's own count).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_params: Option<usize>,
@@ -133,6 +137,9 @@ pub enum WorkloadSpec {
         /// Training images that set BatchNorm statistics at evaluation (default 512).
         #[serde(default = "d_bn_calibration")]
         bn_calibration: usize,
+        /// How the training set is split among workers (default `shared`).
+        #[serde(default, skip_serializing_if = "Partition::is_shared")]
+        partition: Partition,
     },
 }
 
@@ -200,8 +207,21 @@ impl Default for WorkloadSpec {
 }
 
 impl WorkloadSpec {
-    /// Checks every value, the limits included; paths are relative to the section.
-    pub fn validate(&self) -> Result<(), WorkloadError> {
+    /// Checks every value for `workers` workers, the limits included; paths are relative to the
+    /// section.
+    pub fn validate(&self, workers: usize) -> Result<(), WorkloadError> {
+        self.validate_values()?;
+        let (partition, samples, classes) = match self {
+            WorkloadSpec::Softmax { partition, train, classes, .. } => (partition, *train, *classes),
+            WorkloadSpec::Burn { partition, .. } => (partition, fashion_mnist::TRAIN, 10),
+            _ => return Ok(()),
+        };
+        partition
+            .validate(workers, samples, classes)
+            .map_err(|(field, problem)| WorkloadError { field: format!("partition.{field}"), problem })
+    }
+
+    fn validate_values(&self) -> Result<(), WorkloadError> {
         match self {
             WorkloadSpec::Timing { params } => {
                 if *params == 0 {
@@ -279,17 +299,29 @@ impl WorkloadSpec {
         }
     }
 
-    /// The workload, in its message size when `wire_params` says so; loads the data for burn.
-    pub fn build(&self) -> Result<Arc<dyn Workload>, WorkloadError> {
+    /// The workload for `workers` workers, in its message size when `wire_params` says so;
+    /// loads the data for burn. A partition draws from `rng` (the run's named stream for it).
+    pub fn build(&self, workers: usize, rng: &mut impl rand::Rng) -> Result<Arc<dyn Workload>, WorkloadError> {
         let workload: Arc<dyn Workload> = match self.clone() {
             WorkloadSpec::Timing { params } => Arc::new(TimingWorkload::new(params)),
             WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, .. } => {
                 Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0))
             }
-            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed, .. } => {
-                Arc::new(Softmax::new(SoftmaxConfig { classes, features, train, test, separation, data_seed }))
+            WorkloadSpec::Softmax { classes, features, train, test, separation, data_seed, partition, .. } => {
+                let cfg = SoftmaxConfig { classes, features, train, test, separation, data_seed };
+                Arc::new(Softmax::new(cfg).with_partition(partition, workers, rng))
             }
-            WorkloadSpec::Burn { model, hidden, data_dir, init_seed, device, test_samples, bn_calibration, .. } => {
+            WorkloadSpec::Burn {
+                model,
+                hidden,
+                data_dir,
+                init_seed,
+                device,
+                test_samples,
+                bn_calibration,
+                partition,
+                ..
+            } => {
                 let dir = fashion_mnist::resolve_dir(data_dir.as_deref().map(std::path::Path::new));
                 let data = nets::dataset(&dir)
                     .map_err(|e| WorkloadError { field: "data_dir".into(), problem: e.to_string() })?;
@@ -303,7 +335,8 @@ impl WorkloadSpec {
                     .map_err(|problem| WorkloadError { field: "device".into(), problem })?;
                 let net = BurnNet::with_device(kind, data, init_seed, device)
                     .map_err(|problem| WorkloadError { field: "device".into(), problem })?
-                    .with_evaluation(test_samples.unwrap_or(usize::MAX), bn_calibration);
+                    .with_evaluation(test_samples.unwrap_or(usize::MAX), bn_calibration)
+                    .with_partition(partition, workers, rng);
                 Arc::new(net)
             }
         };

@@ -41,6 +41,9 @@ impl Workload for WireSized {
     fn evaluate(&self, params: &[f32]) -> Evaluation {
         self.inner.evaluate(params)
     }
+    fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
+        self.inner.label_histograms()
+    }
     fn message_bytes(&self) -> u64 {
         self.bytes
     }

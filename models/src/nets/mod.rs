@@ -31,6 +31,7 @@ pub mod resnet20;
 
 use crate::fashion_mnist::{FashionMnist, Split};
 use crate::idx::DataError;
+use crate::partition::{self, Partition, Parts};
 use crate::{job_rng, Evaluation, GradRequest, Workload};
 use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module};
@@ -126,6 +127,8 @@ pub struct BurnNet {
     device: Device,
     test_samples: usize,
     calibration: usize,
+    /// The training set split among workers, and each worker's label histogram.
+    parts: Option<Arc<(Parts, Vec<Vec<u64>>)>>,
 }
 
 static DATA: OnceLock<Mutex<BTreeMap<PathBuf, Arc<FashionMnist>>>> = OnceLock::new();
@@ -245,7 +248,27 @@ impl BurnNet {
     pub fn new(kind: NetKind, data: Arc<FashionMnist>, init_seed: u64) -> Self {
         let params = parameter_counts(&kind, 1, 10).0;
         let test_samples = data.test.len();
-        BurnNet { kind, data, init_seed, params, device: Device::Cpu, test_samples, calibration: BN_CALIBRATION }
+        BurnNet {
+            kind,
+            data,
+            init_seed,
+            params,
+            device: Device::Cpu,
+            test_samples,
+            calibration: BN_CALIBRATION,
+            parts: None,
+        }
+    }
+
+    /// Splits the training set among `workers` workers (see [`crate::partition`]); every draw
+    /// comes from `rng`.
+    pub fn with_partition(mut self, partition: Partition, workers: usize, rng: &mut impl rand::Rng) -> Self {
+        let labels: Vec<u32> = self.data.train.labels.iter().map(|&y| y as u32).collect();
+        self.parts = partition.split(&labels, 10, workers, rng).map(|p| {
+            let h = p.histograms(&labels, 10);
+            Arc::new((p, h))
+        });
+        self
     }
 
     /// Evaluates on the first `test_samples` test images (all by default) and sets BatchNorm
@@ -319,9 +342,13 @@ impl Workload for BurnNet {
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64 {
         let mut rng = job_rng(req.seed);
         let n = self.data.train.len();
-        let idx: Vec<usize> = (0..req.batch.max(1)).map(|_| rng.random_range(0..n)).collect();
+        let parts = self.parts.as_deref().map(|p| &p.0);
+        let idx: Vec<usize> = (0..req.batch.max(1)).map(|_| partition::draw(parts, req.worker, n, &mut rng)).collect();
         on_device!(self.device, B, dev => with_net!(&self.kind, B, dev, 1, 10, 0.1, net =>
             grad_of::<B, _>(net, params, &self.data.train, &idx, grad, dev)))
+    }
+    fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
+        self.parts.as_ref().map(|p| p.1.clone())
     }
     fn evaluate(&self, params: &[f32]) -> Evaluation {
         let idx = self.calibration_indices();
