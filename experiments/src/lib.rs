@@ -9,7 +9,8 @@
 //! - [`sweep`]: grids, resume and parallel runs; [`analysis`]: `runs.csv`, `aggregate.csv` and
 //!   intervals; [`report`]: `report.md`; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs, calibration and validation.
-//! - [`gradbench`]: the real-gradient benchmark; [`scalebench`]: the scaling benchmark.
+//! - [`gradbench`]: the gradient-step benchmark; [`realbench`]: real gradients through the engine
+//!   against a plain burn loop; [`scalebench`]: the scaling benchmark.
 
 pub mod analysis;
 pub mod bounds;
@@ -21,6 +22,7 @@ pub mod output;
 pub mod plot;
 #[cfg(feature = "mpi")]
 pub mod real;
+pub mod realbench;
 pub mod report;
 pub mod scalebench;
 pub mod spec;

@@ -177,3 +177,32 @@ fn bench_scale_measures_each_case_in_its_own_process() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad).contains("known: sync_ring"), "{}", text(&bad));
 }
+
+#[test]
+fn bench_real_reports_each_case_beside_the_plain_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let args =
+        ["bench-real", "--workers", "1,3", "--algorithms", "gossip", "--sim-time-s", "0.2", "--plain-steps", "20"];
+    let o = dsgd(dir.path(), &[&args[..], &["--json", "real.json"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("plain burn loop (one model, one core)"), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("real.json")).unwrap()).unwrap();
+    assert!(v["plain_loop_per_s"].as_f64().unwrap() > 0.0);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let (g, wall) = (r["gradients"].as_u64().unwrap() as f64, r["wall_s"].as_f64().unwrap());
+        // Gossip workers never wait for each other: one gradient every 10 ms, 20 each in 0.2 s.
+        assert_eq!(g, 20.0 * r["workers"].as_f64().unwrap(), "{r}");
+        assert!((r["gradients_per_s"].as_f64().unwrap() - g / wall).abs() < 1e-6 * g / wall, "{r}");
+    }
+    // A case is an ordinary run: its digest is the one `dsgd run` gives for the same spec.
+    let spec = dsgd_experiments::realbench::spec("gossip", 3, 32, 0.2).unwrap();
+    std::fs::write(dir.path().join("case.json"), spec.to_string()).unwrap();
+    let o = dsgd(dir.path(), &["run", "case.json", "--out", "case"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("case/summary.json")).unwrap()).unwrap();
+    assert_eq!(s["digest"], rows[1]["digest"]);
+}

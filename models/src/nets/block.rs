@@ -3,6 +3,7 @@
 //! parameter-free "option A" of the CIFAR ResNets) or a 1x1 convolution with BatchNorm
 //! (torchvision's projection).
 
+use super::SKELETON;
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
@@ -18,6 +19,7 @@ pub fn conv<B: Backend>(from: usize, to: usize, k: usize, stride: usize, device:
         .with_stride([stride, stride])
         .with_padding(PaddingConfig2d::Explicit(p, p, p, p))
         .with_bias(false)
+        .with_initializer(SKELETON)
         .init(device)
 }
 

@@ -1,6 +1,7 @@
 //! A small convolutional network: two 3x3 convolutions (16 and 32 channels, ReLU, 2x2 max-pool)
 //! and a linear classifier; 20,490 parameters on 28x28 grey images.
 
+use super::SKELETON;
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -23,10 +24,13 @@ impl<B: Backend> Cnn<B> {
     pub fn new(channels: usize, classes: usize, device: &B::Device) -> Self {
         let same = PaddingConfig2d::Explicit(1, 1, 1, 1);
         Cnn {
-            conv1: Conv2dConfig::new([channels, 16], [3, 3]).with_padding(same.clone()).init(device),
-            conv2: Conv2dConfig::new([16, 32], [3, 3]).with_padding(same).init(device),
+            conv1: Conv2dConfig::new([channels, 16], [3, 3])
+                .with_padding(same.clone())
+                .with_initializer(SKELETON)
+                .init(device),
+            conv2: Conv2dConfig::new([16, 32], [3, 3]).with_padding(same).with_initializer(SKELETON).init(device),
             pool: MaxPool2dConfig::new([2, 2]).init(),
-            fc: LinearConfig::new(32 * 7 * 7, classes).init(device),
+            fc: LinearConfig::new(32 * 7 * 7, classes).with_initializer(SKELETON).init(device),
         }
     }
 

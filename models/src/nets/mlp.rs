@@ -1,5 +1,6 @@
 //! A multi-layer perceptron: 784 → hidden → ... → 10 with ReLU.
 
+use super::SKELETON;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::relu;
@@ -15,7 +16,12 @@ pub struct Mlp<B: Backend> {
 impl<B: Backend> Mlp<B> {
     /// Layers of the given widths (`[784, 256, 128, 10]` for two hidden layers).
     pub fn new(widths: &[usize], device: &B::Device) -> Self {
-        Mlp { layers: widths.windows(2).map(|w| LinearConfig::new(w[0], w[1]).init(device)).collect() }
+        Mlp {
+            layers: widths
+                .windows(2)
+                .map(|w| LinearConfig::new(w[0], w[1]).with_initializer(SKELETON).init(device))
+                .collect(),
+        }
     }
 
     /// Logits of a batch of flattened images `[n, 784]`.

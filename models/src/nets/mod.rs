@@ -131,6 +131,13 @@ pub struct BurnNet {
     parts: Option<Arc<(Parts, Vec<Vec<u64>>)>>,
 }
 
+/// How the layers of a network built from its config are filled: with zeros. Every network is
+/// built only to have its parameters replaced (from a flat vector, or by [`flat::init`] from the
+/// run's own generator), so drawing random initial values there would be wasted; it also took
+/// burn's process-wide random generator, whose lock let only one thread build a network at a
+/// time.
+pub const SKELETON: burn::nn::Initializer = burn::nn::Initializer::Zeros;
+
 static DATA: OnceLock<Mutex<BTreeMap<PathBuf, Arc<FashionMnist>>>> = OnceLock::new();
 
 /// Loads Fashion-MNIST from `dir` once per process.
@@ -207,6 +214,30 @@ fn grad_of<B: AutodiffBackend, N: Net<B>>(
     let grads = loss.backward();
     out.copy_from_slice(&flat::grads_flat(&net, &grads));
     value
+}
+
+/// Steps per second of a plain burn training loop on the CPU: one module kept across steps,
+/// forward, backward and burn's SGD at batch `batch`, no flat vectors and no engine. The
+/// reference the engine's real-gradient throughput is compared with (`dsgd bench-real`).
+pub fn plain_loop(kind: &NetKind, data: &FashionMnist, batch: usize, steps: usize) -> f64 {
+    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let mut rng = job_rng(0);
+    let n = data.train.len();
+    with_net!(kind, B, &device, 1, 10, 0.1, net => {
+        let mut net = flat::init(net, &mut rand_chacha::ChaCha12Rng::seed_from_u64(1));
+        let mut optim = SgdConfig::new().init();
+        let started = std::time::Instant::now();
+        for _ in 0..steps {
+            let idx: Vec<usize> = (0..batch.max(1)).map(|_| rng.random_range(0..n)).collect();
+            let (x, y) = batch_tensors::<B>(&data.train, &idx, &device);
+            let loss = CrossEntropyLossConfig::new().init(&device).forward(net.logits(x), y);
+            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            net = optim.step(0.01, net, grads);
+        }
+        steps as f64 / started.elapsed().as_secs_f64()
+    })
 }
 
 /// Evaluates `params` on `test`; `net` was built with BatchNorm momentum 1, so one training-mode

@@ -5,6 +5,7 @@
 //! stages see 7x7, 4x4, 2x2 and 1x1.
 
 use super::block::{bn, conv, BasicBlock, Shortcut};
+use super::SKELETON;
 use burn::module::Module;
 use burn::nn::conv::Conv2d;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -45,7 +46,7 @@ impl<B: Backend> ResNet18<B> {
                 .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
                 .init(),
             blocks,
-            fc: LinearConfig::new(512, classes).init(device),
+            fc: LinearConfig::new(512, classes).with_initializer(SKELETON).init(device),
             channels,
         }
     }

@@ -5,6 +5,7 @@
 //! Fashion-MNIST's one channel, where the stages see 28x28, 14x14 and 7x7.
 
 use super::block::{bn, conv, BasicBlock, Shortcut};
+use super::SKELETON;
 use burn::module::Module;
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear, LinearConfig};
@@ -39,7 +40,7 @@ impl<B: Backend> ResNet20<B> {
             conv: conv(channels, 16, 3, 1, device),
             bn: bn(16, momentum, device),
             blocks,
-            fc: LinearConfig::new(64, classes).init(device),
+            fc: LinearConfig::new(64, classes).with_initializer(SKELETON).init(device),
             channels,
         }
     }

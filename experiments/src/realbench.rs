@@ -1,0 +1,91 @@
+//! `dsgd bench-real`: how fast real gradients flow through the engine. Each case runs one
+//! algorithm with `workers` workers of the burn MLP (784-128-10) on Fashion-MNIST at a batch size,
+//! and reports the real gradients computed per wall-clock second; beside them, in the same
+//! process, a plain burn training loop of one model at the same batch (forward, backward, burn's
+//! SGD: no engine, no flat vectors) on one core. The target: the engine at 100 workers delivers
+//! at least the plain loop's rate times the number of cores.
+
+use crate::execute::execute;
+use crate::load::spec_from_value;
+use dsgd_models::fashion_mnist;
+use dsgd_models::nets::{self, NetKind};
+use serde::Serialize;
+use serde_json::json;
+
+/// The algorithms a case can run.
+pub const ALGORITHMS: [&str; 3] = ["sync", "async_ps", "gossip"];
+
+/// One measured case.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Algorithm.
+    pub algorithm: String,
+    /// Workers.
+    pub workers: usize,
+    /// Real gradients computed.
+    pub gradients: u64,
+    /// Wall seconds of the run (the data set already loaded).
+    pub wall_s: f64,
+    /// Gradients per wall second.
+    pub gradients_per_s: f64,
+    /// The run's digest (the same whatever the thread count and the machine's load).
+    pub digest: String,
+}
+
+/// The spec of a case: MLP 784-128-10 at `batch`, 10 ms simulated steps, 10 Gb/s, `sim_time_s`
+/// simulated seconds, evaluation on 1,000 test images once a simulated second.
+pub fn spec(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<serde_json::Value, String> {
+    if !ALGORITHMS.contains(&algorithm) {
+        return Err(format!("unknown algorithm {algorithm:?}; expected one of {}", ALGORITHMS.join(", ")));
+    }
+    Ok(json!({
+        "name": format!("bench-real-{algorithm}-{workers}"),
+        "nodes": workers, "algorithm": {"kind": algorithm}, "batch": batch,
+        "workload": {"kind": "burn", "model": "mlp", "hidden": [128], "test_samples": 1000},
+        "compute": {"step_time_ms": 10}, "stop": {"sim_time_s": sim_time_s}, "eval": {"every_s": 1, "timeline_s": 0}
+    }))
+}
+
+/// Runs one case.
+pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<Row, String> {
+    let spec =
+        spec_from_value("bench-real", spec(algorithm, workers, batch, sim_time_s)?).map_err(|e| e.to_string())?;
+    let s = execute(&spec, false)?.summary;
+    Ok(Row {
+        algorithm: algorithm.into(),
+        workers,
+        gradients: s.gradients,
+        wall_s: s.wall_time_s,
+        gradients_per_s: s.gradients as f64 / s.wall_time_s.max(1e-9),
+        digest: s.digest,
+    })
+}
+
+/// Steps per second of the plain burn loop of the MLP at `batch`, best of three runs of `steps`.
+pub fn plain(batch: usize, steps: usize) -> Result<f64, String> {
+    let data = nets::dataset(&fashion_mnist::resolve_dir(None)).map_err(|e| e.to_string())?;
+    let kind = NetKind::Mlp { hidden: vec![128] };
+    nets::plain_loop(&kind, &data, batch, steps.min(50)); // warm up
+    Ok((0..3).map(|_| nets::plain_loop(&kind, &data, batch, steps)).fold(0.0, f64::max))
+}
+
+/// The rows and the plain loop as a Markdown table.
+pub fn table(rows: &[Row], plain_per_s: f64, cores: usize) -> String {
+    let mut t = format!(
+        "plain burn loop (one model, one core): {plain_per_s:.0} gradients/s; × {cores} cores = {:.0}\n\n\
+         | algorithm | workers | gradients | wall s | gradients/s | vs plain loop × cores |\n|---|---:|---:|---:|---:|---:|\n",
+        plain_per_s * cores as f64
+    );
+    for r in rows {
+        t += &format!(
+            "| {} | {} | {} | {:.2} | {:.0} | {:.2} |\n",
+            r.algorithm,
+            r.workers,
+            r.gradients,
+            r.wall_s,
+            r.gradients_per_s,
+            r.gradients_per_s / (plain_per_s * cores as f64)
+        );
+    }
+    t
+}
