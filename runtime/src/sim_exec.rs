@@ -325,7 +325,11 @@ impl<P: Protocol> SimExecutor<P> {
             Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
             Occurrence::Message { from, to, payload, .. } => self.with_ctx(to, |p, c| p.on_message(c, from, payload)),
             Occurrence::ComputeDone { node, job, .. } => {
-                if self.threads > 1 && self.workload.parallel_gradients() {
+                // Only when this job's gradient is not ready: the jobs issued since the last
+                // batch then wait to form the next one (every job in flight, typically), and a
+                // batch of one or two jobs never pays for the threads.
+                let ready = self.jobs.get(&job.0).is_some_and(|j| j.result.is_some());
+                if self.threads > 1 && self.workload.parallel_gradients() && !ready {
                     self.compute_pending();
                 }
                 let j = self.jobs.remove(&job.0).expect("every job is recorded");

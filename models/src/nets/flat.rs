@@ -174,6 +174,21 @@ pub fn grads_flat<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradi
     Tensor::cat(g.parts, 0).into_data().to_vec::<f32>().expect("f32 gradients")
 }
 
+/// [`grads_flat`] written into `out` (of the parameter count), part by part without joining
+/// them first: the same values with fewer copies of the vector.
+pub fn grads_into<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients, out: &mut [f32]) {
+    let mut g = Grads::<B> { path: Path::default(), grads, parts: Vec::new() };
+    module.visit(&mut g);
+    let mut at = 0;
+    for part in g.parts {
+        let data = part.into_data();
+        let values = data.as_slice::<f32>().expect("f32 gradients");
+        out[at..at + values.len()].copy_from_slice(values);
+        at += values.len();
+    }
+    assert_eq!(at, out.len(), "the gradient has one value per parameter");
+}
+
 struct Init<'a> {
     path: Path,
     rng: &'a mut ChaCha12Rng,

@@ -212,7 +212,7 @@ fn grad_of<B: AutodiffBackend, N: Net<B>>(
     let loss = CrossEntropyLossConfig::new().init(device).forward(net.logits(x), y);
     let value = loss.clone().into_scalar().elem::<f64>();
     let grads = loss.backward();
-    out.copy_from_slice(&flat::grads_flat(&net, &grads));
+    flat::grads_into(&net, &grads, out);
     value
 }
 

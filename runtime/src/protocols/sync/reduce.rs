@@ -110,11 +110,12 @@ impl SyncWorker {
             }
         };
         let mut run = Run::new(steps, grad, wire);
+        // Rounds that came early are moved into the run (older views and iterations dropped).
         let early = &mut self.collective.early;
-        let rounds: Vec<(u32, Vec<f32>)> =
-            early.range((key.0, key.1, 0)..=(key.0, key.1, u32::MAX)).map(|(k, v)| (k.2, v.clone())).collect();
-        early.retain(|k, _| (k.0, k.1) > key);
-        for (round, data) in rounds {
+        let later = early.split_off(&(key.0, key.1 + 1, 0));
+        let this = early.split_off(&(key.0, key.1, 0));
+        *early = later;
+        for ((_, _, round), data) in this {
             run.deliver(round, data);
         }
         self.collective.run = Some(run);
