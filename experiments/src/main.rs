@@ -594,6 +594,15 @@ fn run_default(out: Option<PathBuf>, sets: &[String], jobs: usize) -> Result<Exi
     Ok(code)
 }
 
+/// Writes a benchmark's figures as JSON at `path` (atomically) and says so.
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).expect("plain data serialises") + "\n";
+    dsgd_experiments::output::write_atomic(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    out!("wrote {}", path.display());
+    Ok(())
+}
+
 fn bench_real(
     workers: &[usize],
     algorithms: &[String],
@@ -630,10 +639,7 @@ fn bench_real(
     out!("{}", realbench::table(&rows, plain, cores));
     if let Some(path) = json {
         let v = serde_json::json!({"plain_loop_per_s": plain, "cores": cores, "batch": batch, "rows": rows});
-        let text = serde_json::to_string_pretty(&v).expect("serialises");
-        dsgd_experiments::output::write_atomic(&path, text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        out!("wrote {}", path.display());
+        write_json(&path, &v)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -678,10 +684,7 @@ fn bench_scale(
     })?;
     out!("{}", scalebench::table(&rows));
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&rows).expect("serialises");
-        dsgd_experiments::output::write_atomic(&path, text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        out!("wrote {}", path.display());
+        write_json(&path, &rows)?;
     }
     Ok(ExitCode::SUCCESS)
 }
