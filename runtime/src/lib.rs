@@ -21,6 +21,7 @@
 //!   report through.
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
 //! - [`error`]: configuration errors with paths relative to the checked configuration.
+//! - [`wire`]: how message vectors are serialised for real runs (one block of bytes).
 //! - [`cancel`]: the Ctrl-C flag; [`testkit`]: a recording `Context` for protocol tests.
 
 pub mod cancel;
@@ -39,3 +40,4 @@ pub mod sim_exec;
 pub mod testkit;
 pub mod timing;
 pub mod train;
+pub mod wire;

@@ -43,6 +43,7 @@ pub struct RunResult {
     pub final_params: Vec<f32>,
     /// The engine's event trace, when tracing was on.
     pub trace: Option<dsgd_sim::Trace>,
-    /// The gradient durations used, when they were measured or replayed.
+    /// The gradient durations used, when they were measured or replayed (or, in a real run,
+    /// what the real gradients took).
     pub recording: Option<Recording>,
 }

@@ -49,6 +49,7 @@ pub enum PsMsg {
         /// The shard version the gradient was computed on.
         read: u64,
         /// The slice of the gradient.
+        #[serde(with = "crate::wire::pod")]
         grad: Vec<f32>,
     },
     /// The shard's slice at `version`.
@@ -58,6 +59,7 @@ pub enum PsMsg {
         /// Its version (updates applied).
         version: u64,
         /// Values.
+        #[serde(with = "crate::wire::pod")]
         params: Vec<f32>,
     },
 }

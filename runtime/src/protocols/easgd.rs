@@ -47,11 +47,13 @@ pub enum EasgdMsg {
     /// A worker's parameters for an elastic exchange.
     Exchange {
         /// The worker's parameters.
+        #[serde(with = "crate::wire::pod")]
         x: Vec<f32>,
     },
     /// The centre's answer: the elastic difference.
     Diff {
         /// `alpha·(x - c)`.
+        #[serde(with = "crate::wire::pod")]
         diff: Vec<f32>,
     },
     /// A restarted worker asks for the centre.
@@ -59,6 +61,7 @@ pub enum EasgdMsg {
     /// The centre variable.
     Centre {
         /// Its values.
+        #[serde(with = "crate::wire::pod")]
         c: Vec<f32>,
     },
 }

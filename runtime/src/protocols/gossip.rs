@@ -79,6 +79,7 @@ pub enum GossipMsg {
     /// The parameters asked for.
     PullReply {
         /// Values.
+        #[serde(with = "crate::wire::pod")]
         x: Vec<f32>,
     },
     /// Acknowledges push `seq`.
@@ -91,6 +92,7 @@ pub enum GossipMsg {
         /// Sequence number, for the acknowledgement.
         seq: u64,
         /// Half of `x`, in units of 2^-32.
+        #[serde(with = "crate::wire::pod")]
         x: Vec<i64>,
         /// Half of `w`, in units of 2^-40.
         w: i64,

@@ -92,6 +92,7 @@ pub enum SyncMsg {
         /// Round of the collective.
         round: u32,
         /// Values.
+        #[serde(with = "crate::wire::pod")]
         data: Vec<f32>,
     },
     /// A gradient for the analytic all-reduce or for the backup-worker aggregator.
@@ -103,6 +104,7 @@ pub enum SyncMsg {
         /// When the sender's gradient was ready.
         ready: SimTime,
         /// Values.
+        #[serde(with = "crate::wire::pod")]
         data: Vec<f32>,
     },
     /// New parameters from the backup-worker aggregator; `iter` iterations are now done.
@@ -112,6 +114,7 @@ pub enum SyncMsg {
         /// Completed iterations.
         iter: u64,
         /// Values.
+        #[serde(with = "crate::wire::pod")]
         params: Vec<f32>,
     },
     /// "I am alive in epoch `epoch` with `done` iterations completed."
@@ -139,8 +142,10 @@ pub struct StateMsg {
     /// Completed iterations.
     pub done: u64,
     /// Parameters.
+    #[serde(with = "crate::wire::pod")]
     pub params: Vec<f32>,
     /// Momentum buffer.
+    #[serde(with = "crate::wire::pod")]
     pub velocity: Vec<f32>,
     /// Optimizer steps.
     pub steps: u64,
