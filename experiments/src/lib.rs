@@ -14,6 +14,8 @@
 
 pub mod analysis;
 pub mod bounds;
+#[cfg(feature = "mpi")]
+pub mod calibrate;
 pub mod diff;
 pub mod execute;
 pub mod gradbench;

@@ -880,16 +880,35 @@ mod mpi_cmd {
         let spec = spec.map(|p| spec_from_file(p, &[]).map_err(|e| e.to_string())).transpose()?;
         let universe = real::init()?;
         let world = universe.world();
-        if let Some(c) = real::calibrate(&world, spec.as_ref())? {
+        if let Some(c) = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref())? {
+            out!("  {:>9}  {:>14}  {:>14}  {:>14}", "bytes", "one way, pair", "all pairs", "ring round");
             for p in &c.points {
-                out!("  {:>8} bytes: one way {:.1} us", p.bytes, p.one_way_s * 1e6);
+                out!(
+                    "  {:>9}  {:>11.1} us  {:>11.1} us  {:>11.1} us",
+                    p.bytes,
+                    p.one_way_s * 1e6,
+                    p.concurrent_one_way_s * 1e6,
+                    p.ring_one_way_s * 1e6
+                );
             }
-            out!("latency {:.1} us, bandwidth {:.2} Gbit/s", c.latency_us, c.bandwidth_gbps);
-            if !c.step_s.is_empty() {
-                let mean = c.step_s.iter().sum::<f64>() / c.step_s.len() as f64;
-                out!("gradient step: mean {:.2} ms over {} steps", mean * 1e3, c.step_s.len());
+            let f = |f: &dsgd_experiments::calibrate::Fit| {
+                format!(
+                    "{:?}: latency {:.1} us, bandwidth {:.2} Gbit/s up to {} B",
+                    f.pattern, f.latency_us, f.bandwidth_gbps, f.up_to_bytes
+                )
+            };
+            for p in &c.pattern_fits {
+                out!("fit {}", f(p));
             }
-            let mut v = c.spec_parts();
+            out!("used for the spec: {}", f(&c.fit));
+            if let Some(t) = c.all_reduce_s {
+                out!("the spec's all-reduce of its model: {:.3} ms", t * 1e3);
+            }
+            for (w, steps) in c.step_s.iter().enumerate() {
+                let mean = steps.iter().sum::<f64>() / steps.len() as f64;
+                out!("gradient step on worker {w}: mean {:.3} ms over {} steps", mean * 1e3, steps.len());
+            }
+            let mut v = c.spec_parts(spec.as_ref().map_or(0.0, |s| s.compute.step_time_ms));
             v["measured"] = serde_json::to_value(&c).expect("plain data");
             let text = serde_json::to_string_pretty(&v).expect("json") + "\n";
             write_atomic(out, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
@@ -906,26 +925,21 @@ mod mpi_cmd {
         }
         let universe = real::init()?;
         let world = universe.world();
-        let Some((network, rows)) = real::validate(&world, &specs)? else { return Ok(ExitCode::SUCCESS) };
-        let table = real::table(&rows);
-        out!(
-            "calibrated: latency {:.1} us, bandwidth {:.2} Gbit/s",
-            network["latency_us"].as_f64().unwrap_or(0.0),
-            network["bandwidth_gbps"].as_f64().unwrap_or(0.0)
-        );
+        let Some(v) = real::validate(&world, &specs)? else { return Ok(ExitCode::SUCCESS) };
+        let rows = &v.comparisons;
+        let table = real::table(rows);
         out!("{table}");
-        std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-        let json = serde_json::json!({"network": network, "comparisons": rows});
+        std::fs::create_dir_all(out.join("runs")).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         let io = |e: std::io::Error| format!("cannot write into {}: {e}", out.display());
-        write_atomic(
-            &out.join("validation.json"),
-            (serde_json::to_string_pretty(&json).expect("json") + "\n").as_bytes(),
-        )
-        .map_err(io)?;
+        for (r, (spec, outcome)) in rows.iter().zip(&v.replays) {
+            dsgd_experiments::execute::write_run(&out.join("runs").join(&r.name), spec, outcome)?;
+        }
+        write_atomic(&out.join("validation.json"), (serde_json::to_string_pretty(&v).expect("json") + "\n").as_bytes())
+            .map_err(io)?;
         write_atomic(&out.join("validation.md"), table.as_bytes()).map_err(io)?;
         let bars: Vec<(String, f64, f64)> = rows.iter().map(|r| (r.algorithm.clone(), r.real, r.simulated)).collect();
         plot::validation(&bars, &out.join("validation")).map_err(|e| e.to_string())?;
-        out!("wrote {}/{{validation.json,validation.md,validation.png,validation.svg}}", out.display());
+        out!("wrote {}/{{validation.json,validation.md,validation.png,validation.svg,runs/}} (replay the simulator's side with: dsgd replay {})", out.display(), out.display());
         if let Some(m) = max_error {
             if let Some(r) = rows.iter().find(|r| r.error.abs() > m) {
                 eprintln!(

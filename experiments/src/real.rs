@@ -1,6 +1,7 @@
 //! Real runs over MPI (`dsgd real`, `dsgd calibrate`, `dsgd validate`), built with the cargo
 //! feature `mpi` and started under `mpirun`, one process per rank.
 
+use crate::calibrate;
 use crate::execute::{write_run, Outcome};
 use crate::output::Summary;
 use crate::spec::{FaultSpec, Spec};
@@ -8,13 +9,13 @@ use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
 use dsgd_runtime::runner::{with_roles, Drive};
+use dsgd_runtime::timing::Recording;
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Starts MPI with full thread support (the executor sends from a thread of its own).
 pub fn init() -> Result<Universe, String> {
@@ -110,142 +111,6 @@ pub fn real(world: &SimpleCommunicator, spec: &Spec, dest: &Path) -> Result<Opti
     }
 }
 
-/// One measured message size.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct PingPong {
-    /// Bytes.
-    pub bytes: usize,
-    /// Median one-way time (half the round trip), seconds.
-    pub one_way_s: f64,
-}
-
-/// What calibration measured.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Calibration {
-    /// The ping-pong points.
-    pub points: Vec<PingPong>,
-    /// Fitted latency, microseconds.
-    pub latency_us: f64,
-    /// Fitted bandwidth, Gbit/s.
-    pub bandwidth_gbps: f64,
-    /// Gradient step times of the spec's workload, seconds (empty without a spec).
-    pub step_s: Vec<f64>,
-}
-
-/// Receives one message the way the executor does: by polling with a matched probe and a short
-/// sleep when nothing is there.
-fn poll_receive(world: &SimpleCommunicator) -> Vec<u8> {
-    loop {
-        if let Some((buf, _)) = dsgd_runtime::mpi_exec::try_receive(world) {
-            return buf;
-        }
-        std::thread::sleep(Duration::from_micros(20));
-    }
-}
-
-/// Ping-pong between ranks 0 and 1 at several sizes, through the executor's own path (a sender
-/// thread and a polling receiver), so the fitted latency includes what the runtime adds.
-/// Least squares of `one_way = latency + bytes / bandwidth`. Results on rank 0.
-pub fn ping_pong(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Option<(Vec<PingPong>, f64, f64)> {
-    let me = world.rank();
-    let (tx, rx) = std::sync::mpsc::channel::<(i32, Vec<u8>)>();
-    let sender = std::thread::spawn(move || {
-        let w = SimpleCommunicator::world();
-        for (to, buf) in rx {
-            w.process_at_rank(to).send_with_tag(&buf[..], 7);
-        }
-    });
-    let mut points = Vec::new();
-    world.barrier();
-    if me <= 1 {
-        let peer = 1 - me;
-        for &n in sizes {
-            let mut times = Vec::new();
-            for _ in 0..reps {
-                let t = Instant::now();
-                if me == 0 {
-                    let _ = tx.send((peer, vec![0u8; n]));
-                    poll_receive(world);
-                } else {
-                    let b = poll_receive(world);
-                    let _ = tx.send((peer, b));
-                }
-                times.push(t.elapsed().as_secs_f64() / 2.0);
-            }
-            times.sort_by(f64::total_cmp);
-            points.push(PingPong { bytes: n, one_way_s: times[times.len() / 2] });
-        }
-    }
-    drop(tx);
-    let _ = sender.join();
-    world.barrier();
-    if me != 0 {
-        return None;
-    }
-    let k = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), p| (a + p.bytes as f64, b + p.one_way_s));
-    let (mx, my) = (sx / k, sy / k);
-    let sxy: f64 = points.iter().map(|p| (p.bytes as f64 - mx) * (p.one_way_s - my)).sum();
-    let sxx: f64 = points.iter().map(|p| (p.bytes as f64 - mx).powi(2)).sum();
-    let slope = (sxy / sxx).max(1e-13);
-    let latency = (my - slope * mx).max(points[0].one_way_s * 0.5).max(1e-7);
-    Some((points, latency * 1e6, 8.0 / (slope * 1e9)))
-}
-
-/// The gradient step times of `spec`'s workload on this machine (real compute only, no model).
-pub fn step_times(spec: &Spec, steps: usize) -> Result<Vec<f64>, String> {
-    let r = spec.resolve().map_err(|e| e.to_string())?;
-    if r.workload.timing_only() {
-        return Ok(Vec::new());
-    }
-    let p = r.workload.init();
-    let mut g = vec![0.0; p.len()];
-    let mut out = Vec::new();
-    for s in 0..steps + 2 {
-        let t = Instant::now();
-        r.workload.gradient(&p, dsgd_models::GradRequest { worker: 0, batch: spec.batch, seed: s as u64 }, &mut g);
-        if s >= 2 {
-            out.push(t.elapsed().as_secs_f64());
-        }
-    }
-    Ok(out)
-}
-
-/// `dsgd calibrate`: the network (ping-pong) and, with a spec, its workload's gradient times.
-pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Option<Calibration>, String> {
-    if world.size() < 2 {
-        return Err("calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into());
-    }
-    let sizes = [8, 1 << 10, 16 << 10, 128 << 10, 1 << 20, 4 << 20];
-    let pp = ping_pong(world, &sizes, 30);
-    let steps = match (world.rank(), spec) {
-        (0, Some(s)) => step_times(s, 10)?,
-        _ => Vec::new(),
-    };
-    Ok(pp.map(|(points, latency_us, bandwidth_gbps)| Calibration { points, latency_us, bandwidth_gbps, step_s: steps }))
-}
-
-impl Calibration {
-    /// The network and compute parts of a spec, as JSON.
-    pub fn spec_parts(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "network": {"latency_us": self.latency_us, "bandwidth_gbps": self.bandwidth_gbps}
-        });
-        if !self.step_s.is_empty() {
-            let n = self.step_s.len() as f64;
-            let mean = self.step_s.iter().sum::<f64>() / n;
-            let logs: Vec<f64> = self.step_s.iter().map(|t| (t / mean).ln()).collect();
-            let lm = logs.iter().sum::<f64>() / n;
-            let sigma = (logs.iter().map(|l| (l - lm).powi(2)).sum::<f64>() / n).sqrt();
-            v["compute"] = serde_json::json!({
-                "step_time_ms": mean * 1e3,
-                "straggler": {"jitter": {"kind": "log_normal", "sigma": sigma}}
-            });
-        }
-        v
-    }
-}
-
 /// One algorithm's comparison of the simulator with reality.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Comparison {
@@ -263,6 +128,10 @@ pub struct Comparison {
     pub error: f64,
     /// Time to the target loss, real and simulated, where both reached it.
     pub time_to_target_s: Option<(f64, f64)>,
+    /// Mean duration of a real gradient (the simulator replays each one), milliseconds.
+    pub gradient_ms: Option<f64>,
+    /// The network fit the simulator used.
+    pub fit: calibrate::Fit,
 }
 
 fn headline(s: &Summary) -> (String, f64) {
@@ -272,28 +141,31 @@ fn headline(s: &Summary) -> (String, f64) {
     }
 }
 
-/// `dsgd validate`: calibrates, runs each spec for real and in the simulator with the calibrated
-/// network (and, for real gradients, the measured step time), and compares. On rank 0.
-pub fn validate(
-    world: &SimpleCommunicator,
-    specs: &[Spec],
-) -> Result<Option<(serde_json::Value, Vec<Comparison>)>, String> {
-    let pp = ping_pong(world, &[8, 1 << 10, 16 << 10, 128 << 10, 1 << 20], 30);
+/// `dsgd validate`: calibrates the network once over the sizes the specs send, then for each
+/// spec runs it for real and runs it in the simulator with the network fitted to its traffic
+/// pattern up to its largest message, and with the real run's own gradient durations (each
+/// rank's gradients take, in order, what they took for real); compares. On rank 0: the ping-pong
+/// points, the comparisons and, per spec, the simulated run (a measured run that
+/// `dsgd replay` reproduces).
+pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Validation>, String> {
+    let largest = specs.iter().map(calibrate::largest_message).collect::<Result<Vec<_>, _>>()?;
+    let mut sizes = calibrate::sizes_up_to(largest.iter().copied().max().unwrap_or(1));
+    sizes.extend(&largest);
+    sizes.sort_unstable();
+    sizes.dedup();
+    let points = calibrate::ping_pong(world, &sizes, 30);
     let mut rows = Vec::new();
-    for spec in specs {
+    let mut replays = Vec::new();
+    for (spec, &big) in specs.iter().zip(&largest) {
         let real = run_spec(world, spec)?;
-        let (Some(real), Some((_, lat, bw))) = (real, pp.as_ref()) else { continue };
-        let mut sim_spec = spec.clone();
-        sim_spec.network.latency_us = *lat;
-        sim_spec.network.bandwidth_gbps = *bw;
-        let steps = step_times(spec, 5)?;
-        if !steps.is_empty() {
-            let mean_ms = 1e3 * steps.iter().sum::<f64>() / steps.len() as f64;
-            sim_spec.compute.step_time_ms = sim_spec.compute.step_time_ms.max(mean_ms);
-        }
-        let sim = crate::execute::execute(&sim_spec, false)?;
+        let (Some(real), Some(points)) = (real, points.as_ref()) else { continue };
+        let fit = calibrate::fits(points, big, calibrate::Pattern::of(spec, world.size() as usize));
+        let sim_spec = replay_spec(spec, &fit);
+        let recording = real.result.recording.as_ref().map(extended);
+        let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
         let (metric, r) = headline(&real.summary);
         let (_, s) = headline(&sim.summary);
+        let sim_to_target = sim.result.metrics.samples.iter().find(|x| spec.stop.target_met(x)).map(|x| x.time_s);
         rows.push(Comparison {
             name: spec.name.clone(),
             algorithm: real.summary.algorithm.clone(),
@@ -301,29 +173,89 @@ pub fn validate(
             real: r,
             simulated: s,
             error: (s - r) / r,
-            time_to_target_s: real.summary.time_to_target_s.zip(sim.summary.time_to_target_s),
+            time_to_target_s: real.summary.time_to_target_s.zip(sim_to_target),
+            gradient_ms: mean_gradient_ms(&real.result),
+            fit,
         });
+        replays.push((sim_spec, sim));
     }
-    Ok(pp.map(|(points, lat, bw)| {
-        (serde_json::json!({"latency_us": lat, "bandwidth_gbps": bw, "points": points}), rows)
-    }))
+    Ok(points.map(|points| Validation { points, comparisons: rows, replays }))
+}
+
+/// The spec the simulator runs to predict a real run of `spec`: the fitted network, and the real
+/// gradients' durations (`gradient_time: measured`, fed from the real run), which already hold
+/// the injected stragglers, so these are not applied again. A real run does not stop at its
+/// target (it is found afterwards, in the gathered evaluations), so neither does the simulated
+/// one: both are measured over the same time.
+fn replay_spec(spec: &Spec, fit: &calibrate::Fit) -> Spec {
+    let mut s = spec.clone();
+    s.stop.target_loss = None;
+    s.stop.target_accuracy = None;
+    s.network.latency_us = fit.latency_us;
+    s.network.bandwidth_gbps = fit.bandwidth_gbps;
+    s.compute.gradient_time = dsgd_sim::spec::StepTimes::Measured;
+    s.compute.straggler = Default::default();
+    s
+}
+
+/// The real run's gradient durations, each rank's repeated in order to 4 times their number (at
+/// least 64), so that a simulated run that computes more gradients than the real one still
+/// has a duration for each.
+fn extended(rec: &Recording) -> Recording {
+    let mean = {
+        let all: Vec<u64> = rec.per_rank.iter().flatten().copied().collect();
+        all.iter().sum::<u64>() / all.len().max(1) as u64
+    };
+    let per_rank = rec
+        .per_rank
+        .iter()
+        .map(|v| {
+            let base = if v.is_empty() { vec![mean.max(1)] } else { v.clone() };
+            base.iter().copied().cycle().take((4 * v.len()).max(64)).collect()
+        })
+        .collect();
+    Recording { per_rank }
+}
+
+fn mean_gradient_ms(r: &RunResult) -> Option<f64> {
+    let all: Vec<u64> = r.recording.as_ref()?.per_rank.iter().flatten().copied().collect();
+    (!all.is_empty()).then(|| all.iter().sum::<u64>() as f64 / all.len() as f64 / 1e6)
+}
+
+/// What `dsgd validate` found, on rank 0.
+#[derive(Serialize)]
+pub struct Validation {
+    /// The ping-pong points (a pair alone, all pairs at once, the ring).
+    pub points: Vec<calibrate::PingPong>,
+    /// One row per spec.
+    pub comparisons: Vec<Comparison>,
+    /// Per spec, what the simulator ran (calibrated network, the real gradients' durations) and
+    /// its outcome: written as run folders that `dsgd replay` reproduces.
+    #[serde(skip)]
+    pub replays: Vec<(Spec, Outcome)>,
 }
 
 /// The comparison as a Markdown table.
 pub fn table(rows: &[Comparison]) -> String {
-    let mut s =
-        String::from("| spec | algorithm | metric | real | simulated | error | time to target (real / sim) |\n");
-    s.push_str("|---|---|---|---:|---:|---:|---|\n");
+    let mut s = String::from(
+        "| spec | algorithm | metric | real | simulated | error | time to target (real / sim) | gradient | network fit |\n",
+    );
+    s.push_str("|---|---|---|---:|---:|---:|---|---:|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} |\n",
+            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {}: {:.1} us, {:.2} Gbit/s to {} B |\n",
             r.name,
             r.algorithm,
             r.metric,
             r.real,
             r.simulated,
             100.0 * r.error,
-            r.time_to_target_s.map_or("-".into(), |(a, b)| format!("{a:.2} s / {b:.2} s"))
+            r.time_to_target_s.map_or("-".into(), |(a, b)| format!("{a:.2} s / {b:.2} s")),
+            r.gradient_ms.map_or("-".into(), |g| format!("{g:.2} ms")),
+            serde_json::to_value(r.fit.pattern).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            r.fit.latency_us,
+            r.fit.bandwidth_gbps,
+            r.fit.up_to_bytes
         ));
     }
     s

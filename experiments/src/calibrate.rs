@@ -1,0 +1,443 @@
+//! `dsgd calibrate` and the calibration behind `dsgd validate`: what the real executor's messages
+//! and gradients cost on this machine, measured the way a run incurs them, and written as spec
+//! parts so that the simulator can replay a real run.
+//!
+//! - **Messages** go through the executor's own path: a ring all-reduce chunk encoded with the
+//!   executor's codec, a non-blocking send, a polling receiver that decodes it. Each size is timed
+//!   twice: one pair alone (ranks 0 and 1, the others polling as in a run), and every pair of ranks
+//!   at once (0-1, 2-3, …), since in a run all ranks send together and share the cores.
+//! - **The fit** is `one_way = latency + bytes / bandwidth`, least squares over the sizes up to
+//!   the largest message the spec sends, on the all-pairs points (or the pair's with 2 ranks).
+//! - **Gradients**: the spec's workload steps, timed on every worker rank at once (as in a run,
+//!   where the workers compute side by side on the same cores).
+
+use crate::spec::Spec;
+use dsgd_runtime::collectives::{CollectiveKind, Run, Schedule};
+use dsgd_runtime::mpi_exec::outbox::Outbox;
+use dsgd_runtime::mpi_exec::{self, precise_sleeps, try_receive};
+use dsgd_runtime::protocols::sync::SyncMsg;
+use dsgd_runtime::runner::AlgorithmConfig;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const TAG: i32 = 7;
+
+/// One measured message size.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PingPong {
+    /// Payload bytes.
+    pub bytes: usize,
+    /// Median one-way time (half the round trip) of ranks 0 and 1 alone, seconds.
+    pub one_way_s: f64,
+    /// The same with every pair of ranks exchanging at once, seconds.
+    pub concurrent_one_way_s: f64,
+    /// Median time of one round of a ring exchange (every rank sends to the next and receives
+    /// from the previous at once, as in a ring all-reduce), seconds.
+    pub ring_one_way_s: f64,
+}
+
+/// Which traffic a fit describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pattern {
+    /// One pair of ranks alone.
+    Pair,
+    /// Every pair of ranks at once, each pair one message at a time.
+    Pairs,
+    /// Every rank sending and receiving at once.
+    Ring,
+}
+
+impl Pattern {
+    /// The traffic of `spec` run on `ranks` ranks: a synchronous collective has every rank
+    /// sending at once; the other algorithms exchange between pairs (workers and a server, two
+    /// gossip partners) at unaligned times.
+    pub fn of(spec: &Spec, ranks: usize) -> Pattern {
+        match &spec.algorithm {
+            AlgorithmConfig::Sync(c) if c.backup_workers == 0 && !c.collective.is_analytic() => Pattern::Ring,
+            _ if ranks > 2 => Pattern::Pairs,
+            _ => Pattern::Pair,
+        }
+    }
+
+    fn time(self, p: &PingPong) -> f64 {
+        match self {
+            Pattern::Pair => p.one_way_s,
+            Pattern::Pairs => p.concurrent_one_way_s,
+            Pattern::Ring => p.ring_one_way_s,
+        }
+    }
+}
+
+/// `one_way = latency + bytes / bandwidth` over the sizes up to `up_to_bytes`.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Fit {
+    /// Largest size fitted.
+    pub up_to_bytes: usize,
+    /// Microseconds.
+    pub latency_us: f64,
+    /// Gbit/s.
+    pub bandwidth_gbps: f64,
+    /// Which points were fitted.
+    pub pattern: Pattern,
+}
+
+/// What calibration measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Calibration {
+    /// The ping-pong points.
+    pub points: Vec<PingPong>,
+    /// The fit used for the spec (or over every size without one), for its traffic pattern.
+    pub fit: Fit,
+    /// The fits of every pattern over the same sizes: a pair alone, all pairs, the ring.
+    pub pattern_fits: Vec<Fit>,
+    /// Gradient step times of the spec's workload on each worker rank, seconds (empty without
+    /// a spec, or for a timing-only workload).
+    pub step_s: Vec<Vec<f64>>,
+    /// The median time of a synchronous spec's own all-reduce of its model, seconds.
+    pub all_reduce_s: Option<f64>,
+}
+
+/// Receives one message the way the executor does: by polling with a matched probe (advancing
+/// this rank's sends) and a short sleep when nothing is there.
+fn poll_receive(world: &SimpleCommunicator, out: &mut Outbox) -> Vec<u8> {
+    loop {
+        out.progress();
+        if let Some((buf, _)) = try_receive(world) {
+            return buf;
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// The payload: one round of a ring all-reduce, as the executor encodes it.
+fn encode(data: Vec<f32>) -> Vec<u8> {
+    mpi_exec::encode(&SyncMsg::Chunk { view: 0, iter: 0, round: 0, data })
+}
+
+fn decode(b: &[u8]) -> Vec<f32> {
+    match mpi_exec::decode::<SyncMsg>(b) {
+        SyncMsg::Chunk { data, .. } => data,
+        _ => Vec::new(),
+    }
+}
+
+/// Median times of one round of a ring exchange of `sizes`: every rank sends to the next rank
+/// and receives from the previous one, all at once.
+fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
+    let (me, n) = (world.rank(), world.size());
+    let next = (me + 1) % n;
+    let mut out = Outbox::new();
+    let mut medians = Vec::new();
+    world.barrier();
+    for &bytes in sizes {
+        let payload = vec![0.5f32; bytes / 4];
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            out.send(next, TAG, encode(payload.clone()));
+            decode(&poll_receive(world, &mut out));
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        medians.push(times[times.len() / 2]);
+    }
+    while out.in_flight() > 0 {
+        out.progress();
+    }
+    world.barrier();
+    medians
+}
+
+/// Median wall time of the spec's own all-reduce of a `dim`-element vector, run as the
+/// synchronous protocol runs it (its schedule, the executor's codec and sends, a polling
+/// receiver) on every rank at once; seconds.
+pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, reps: usize) -> f64 {
+    let (me, n) = (world.rank() as usize, world.size() as usize);
+    let mut out = Outbox::new();
+    let mut outgoing = Vec::new();
+    let mut times = Vec::with_capacity(reps);
+    let mut early: BTreeMap<(u64, u32), Vec<f32>> = BTreeMap::new();
+    world.barrier();
+    for it in 0..reps as u64 + 2 {
+        let t = Instant::now();
+        let mut run = Run::new(Schedule::new(kind, n, me, dim), vec![0.5f32; dim], dim);
+        // Rounds of this all-reduce that came early, while the last one ran, as in the protocol.
+        let later = early.split_off(&(it + 1, 0));
+        for ((_, round), data) in std::mem::replace(&mut early, later) {
+            run.deliver(round, data);
+        }
+        while !run.poll(&mut outgoing) {
+            for o in outgoing.drain(..) {
+                let msg = SyncMsg::Chunk { view: 0, iter: it, round: o.round, data: o.data };
+                out.send(o.to as i32, TAG, mpi_exec::encode(&msg));
+            }
+            match mpi_exec::decode::<SyncMsg>(&poll_receive(world, &mut out)) {
+                SyncMsg::Chunk { iter, round, data, .. } if iter == it => run.deliver(round, data),
+                SyncMsg::Chunk { iter, round, data, .. } => {
+                    early.insert((iter, round), data);
+                }
+                _ => {}
+            }
+        }
+        for o in outgoing.drain(..) {
+            let msg = SyncMsg::Chunk { view: 0, iter: it, round: o.round, data: o.data };
+            out.send(o.to as i32, TAG, mpi_exec::encode(&msg));
+        }
+        if it >= 2 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    while out.in_flight() > 0 {
+        out.progress();
+    }
+    world.barrier();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Median one-way times of `sizes` for this rank's pair; `pairs` says whether every pair runs
+/// (else only ranks 0 and 1, the others wait for rank 0's word by polling).
+fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: bool) -> Vec<f64> {
+    let me = world.rank();
+    let peer = me ^ 1;
+    let mut out = Outbox::new();
+    let mut medians = Vec::new();
+    world.barrier();
+    let active = |r: i32| (r ^ 1) < world.size() && (pairs || r <= 1);
+    if active(me) {
+        for &n in sizes {
+            let payload = vec![0.5f32; n / 4];
+            let mut times = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let t = Instant::now();
+                if me % 2 == 0 {
+                    out.send(peer, TAG, encode(payload.clone()));
+                    decode(&poll_receive(world, &mut out));
+                } else {
+                    let v = decode(&poll_receive(world, &mut out));
+                    out.send(peer, TAG, encode(v));
+                }
+                times.push(t.elapsed().as_secs_f64() / 2.0);
+            }
+            times.sort_by(f64::total_cmp);
+            medians.push(times[times.len() / 2]);
+        }
+    }
+    // Ranks without a pair wait by polling, as in a run, not spinning in a barrier on the cores
+    // the pairs are timed on.
+    if me == 0 {
+        for to in (1..world.size()).filter(|&r| !active(r)) {
+            out.send(to, TAG, Vec::new());
+        }
+    } else if !active(me) {
+        poll_receive(world, &mut out);
+    }
+    while out.in_flight() > 0 {
+        out.progress();
+    }
+    world.barrier();
+    medians
+}
+
+/// Least squares of `one_way = latency + bytes / bandwidth` over the points up to `up_to`.
+fn fit(points: &[PingPong], up_to: usize, pattern: Pattern) -> Fit {
+    let used: Vec<(f64, f64)> =
+        points.iter().filter(|p| p.bytes <= up_to).map(|p| (p.bytes as f64, pattern.time(p))).collect();
+    let k = used.len() as f64;
+    let (mx, my) = (used.iter().map(|p| p.0).sum::<f64>() / k, used.iter().map(|p| p.1).sum::<f64>() / k);
+    let sxy: f64 = used.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = used.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let slope = if sxx > 0.0 { (sxy / sxx).max(1e-13) } else { 1e-13 };
+    let latency = (my - slope * mx).max(used[0].1 * 0.5).max(1e-7);
+    Fit { up_to_bytes: up_to, latency_us: latency * 1e6, bandwidth_gbps: 8.0 / (slope * 1e9), pattern }
+}
+
+/// The largest message `spec` sends, bytes: a model's worth of parameters (the wire size of a
+/// timing-only workload), at least 16 KiB.
+pub fn largest_message(spec: &Spec) -> Result<usize, String> {
+    let r = spec.resolve().map_err(|e| e.to_string())?;
+    Ok((4 * r.workload.param_count() + 64).max(16 << 10))
+}
+
+/// The message sizes to time up to `largest` bytes: 8 B, 1 KiB, then ×8 to `largest`.
+pub fn sizes_up_to(largest: usize) -> Vec<usize> {
+    let mut s = vec![8, 1 << 10];
+    let mut n = 16 << 10;
+    while n < largest {
+        s.push(n);
+        n *= 8;
+    }
+    s.push(largest);
+    s
+}
+
+/// Times `sizes` for a pair alone, all pairs at once and the ring; the points on rank 0, `None`
+/// elsewhere.
+pub fn ping_pong(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Option<Vec<PingPong>> {
+    precise_sleeps();
+    let alone = exchange(world, sizes, reps, false);
+    let together = exchange(world, sizes, reps, true);
+    let ring = ring(world, sizes, reps);
+    (world.rank() == 0).then(|| {
+        (0..sizes.len())
+            .map(|i| PingPong {
+                bytes: sizes[i],
+                one_way_s: alone[i],
+                concurrent_one_way_s: together[i],
+                ring_one_way_s: ring[i],
+            })
+            .collect()
+    })
+}
+
+/// The network fit of `pattern`'s points over the sizes up to a spec's largest message,
+/// `largest` bytes (at least 3 sizes).
+pub fn fits(points: &[PingPong], largest: usize, pattern: Pattern) -> Fit {
+    let up_to = points.iter().map(|p| p.bytes).filter(|&b| b <= largest.max(points[2].bytes)).max().unwrap_or(largest);
+    fit(points, up_to, pattern)
+}
+
+/// The gradient step times of `spec`'s workload, timed on every worker rank at once; on rank 0,
+/// one list per worker (empty for a timing-only workload).
+pub fn step_times(world: &SimpleCommunicator, spec: &Spec, steps: usize) -> Result<Vec<Vec<f64>>, String> {
+    let r = spec.resolve().map_err(|e| e.to_string())?;
+    let me = world.rank() as usize;
+    let mut mine = Vec::new();
+    world.barrier();
+    if !r.workload.timing_only() && me < r.workers {
+        let p = r.workload.init();
+        let mut g = vec![0.0; p.len()];
+        for s in 0..steps + 2 {
+            let t = Instant::now();
+            let req = dsgd_models::GradRequest { worker: me, batch: spec.batch, seed: s as u64 };
+            r.workload.gradient(&p, req, &mut g);
+            if s >= 2 {
+                mine.push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    world.barrier();
+    if me != 0 {
+        world.process_at_rank(0).send(&mine[..]);
+        return Ok(Vec::new());
+    }
+    let mut all = vec![mine];
+    for from in 1..world.size() {
+        all.push(world.process_at_rank(from).receive_vec::<f64>().0);
+    }
+    all.retain(|v| !v.is_empty());
+    Ok(all)
+}
+
+/// Mean and log-normal sigma of the step times, each at least `floor_s` (a gradient takes at
+/// least the spec's step time in a real run); `None` without times.
+pub fn step_summary(steps: &[Vec<f64>], floor_s: f64) -> Option<(f64, f64)> {
+    let all: Vec<f64> = steps.iter().flatten().map(|t| t.max(floor_s)).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let n = all.len() as f64;
+    let mean = all.iter().sum::<f64>() / n;
+    let logs: Vec<f64> = all.iter().map(|t| (t / mean).ln()).collect();
+    let lm = logs.iter().sum::<f64>() / n;
+    Some((mean, (logs.iter().map(|l| (l - lm).powi(2)).sum::<f64>() / n).sqrt()))
+}
+
+/// The median time of a synchronous spec's own all-reduce of its model on every rank (when the
+/// spec has one rank a worker and as many workers as ranks), seconds.
+pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<f64>, String> {
+    let r = spec.resolve().map_err(|e| e.to_string())?;
+    match &spec.algorithm {
+        AlgorithmConfig::Sync(c)
+            if Pattern::of(spec, r.workers) == Pattern::Ring && r.workers == world.size() as usize =>
+        {
+            let dim = dsgd_runtime::collectives::wire_params(r.workload.as_ref());
+            Ok(Some(all_reduce(world, c.collective, dim, 20)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `dsgd calibrate`: the network and, with a spec, its workload's gradient times.
+pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Option<Calibration>, String> {
+    if world.size() < 2 {
+        return Err("calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into());
+    }
+    let largest = spec.map(largest_message).transpose()?.unwrap_or(4 << 20);
+    let points = ping_pong(world, &sizes_up_to(largest), 30);
+    let steps = match spec {
+        Some(s) => step_times(world, s, 10)?,
+        None => Vec::new(),
+    };
+    let ranks = world.size() as usize;
+    let pattern = spec.map_or(Pattern::Ring, |s| Pattern::of(s, ranks));
+    let collective = match spec {
+        Some(s) => spec_all_reduce(world, s)?,
+        None => None,
+    };
+    Ok(points.map(|points| {
+        let fit = fits(&points, largest, pattern);
+        let pattern_fits = [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, p)).to_vec();
+        Calibration { points, fit, pattern_fits, step_s: steps, all_reduce_s: collective }
+    }))
+}
+
+impl Calibration {
+    /// The network and compute parts of a spec, as JSON; `floor_ms` is the spec's step time.
+    pub fn spec_parts(&self, floor_ms: f64) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "network": {"latency_us": self.fit.latency_us, "bandwidth_gbps": self.fit.bandwidth_gbps}
+        });
+        if let Some((mean, sigma)) = step_summary(&self.step_s, floor_ms / 1e3) {
+            v["compute"] = serde_json::json!({
+                "step_time_ms": mean * 1e3,
+                "straggler": {"jitter": {"kind": "log_normal", "sigma": sigma}}
+            });
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn points(latency_s: f64, bytes_per_s: f64, sizes: &[usize]) -> Vec<PingPong> {
+        sizes
+            .iter()
+            .map(|&b| {
+                let t = latency_s + b as f64 / bytes_per_s;
+                PingPong { bytes: b, one_way_s: t, concurrent_one_way_s: 2.0 * t, ring_one_way_s: 4.0 * t }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fit_recovers_latency_and_bandwidth_over_the_sizes_asked() {
+        let sizes = sizes_up_to(1 << 20);
+        assert_eq!(sizes, [8, 1024, 16 << 10, 128 << 10, 1 << 20]);
+        let p = points(50e-6, 1e9, &sizes);
+        let (pair, all, ring) =
+            (fits(&p, 200_000, Pattern::Pair), fits(&p, 200_000, Pattern::Pairs), fits(&p, 200_000, Pattern::Ring));
+        assert_eq!((all.up_to_bytes, pair.up_to_bytes), (128 << 10, 128 << 10));
+        assert!((pair.latency_us - 50.0).abs() < 1e-6 && (pair.bandwidth_gbps - 8.0).abs() < 1e-6, "{pair:?}");
+        // All pairs at once take twice as long: twice the latency, half the bandwidth.
+        assert!(all.pattern == Pattern::Pairs);
+        assert!((all.latency_us - 100.0).abs() < 1e-6 && (all.bandwidth_gbps - 4.0).abs() < 1e-6);
+        assert!((ring.latency_us - 200.0).abs() < 1e-6 && (ring.bandwidth_gbps - 2.0).abs() < 1e-6);
+        // A spec whose messages are small is fitted on the small sizes only, at least 3 of them.
+        assert_eq!(fits(&p, 100, Pattern::Pairs).up_to_bytes, 16 << 10);
+    }
+
+    #[test]
+    fn step_times_are_floored_at_the_specs_step_time() {
+        let (mean, sigma) = step_summary(&[vec![0.001, 0.003], vec![0.004]], 0.002).unwrap();
+        assert!((mean - 0.003).abs() < 1e-12, "{mean}");
+        assert!(sigma > 0.0);
+        assert_eq!(step_summary(&[], 0.002), None);
+        assert_eq!(step_summary(&[vec![0.001]], 0.002), Some((0.002, 0.0)));
+    }
+}
