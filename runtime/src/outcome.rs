@@ -46,4 +46,8 @@ pub struct RunResult {
     /// The gradient durations used, when they were measured or replayed (or, in a real run,
     /// what the real gradients took).
     pub recording: Option<Recording>,
+    /// A real run's per rank: the wall time its loop spent decoding and handling delivered
+    /// messages (the protocol's work on them, its answers' encoding included), nanoseconds, and
+    /// how many it handled; empty when simulated.
+    pub handling: Vec<(u64, u64)>,
 }

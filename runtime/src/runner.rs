@@ -82,11 +82,17 @@ impl AlgorithmConfig {
                     }
                     _ => {}
                 }
+                if !(c.message_time_us.is_finite() && c.message_time_us >= 0.0) {
+                    return bad("message_time_us", format!("is {}; must be 0 or more microseconds", c.message_time_us));
+                }
                 c.timeout_s
             }
             AlgorithmConfig::AsyncPs(c) => {
                 if !(1..=100_000).contains(&c.shards) {
                     return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
+                }
+                if !(c.update_time_us.is_finite() && c.update_time_us >= 0.0) {
+                    return bad("update_time_us", format!("is {}; must be 0 or more microseconds", c.update_time_us));
                 }
                 c.timeout_s
             }
@@ -98,6 +104,9 @@ impl AlgorithmConfig {
                     if !(a > 0.0 && a <= 1.0) {
                         return bad("alpha", "must be in (0, 1]".into());
                     }
+                }
+                if !(c.update_time_us.is_finite() && c.update_time_us >= 0.0) {
+                    return bad("update_time_us", format!("is {}; must be 0 or more microseconds", c.update_time_us));
                 }
                 c.timeout_s
             }
@@ -212,7 +221,7 @@ pub fn with_roles<D: Drive>(
         AlgorithmConfig::Easgd(c) => {
             let mut roles: Vec<EasgdRole> =
                 (0..workers).map(|_| Role::Worker(EasgdWorker::new(c, batch, opt, workers))).collect();
-            roles.push(Role::Server(Centre::new(c.alpha_for(workers))));
+            roles.push(Role::Server(Centre::new(c.alpha_for(workers), c.update_time_us)));
             d.drive(roles)
         }
         AlgorithmConfig::Gossip(c) => {

@@ -467,6 +467,7 @@ impl<P: Protocol> SimExecutor<P> {
             trace: self.sim.trace().cloned(),
             metrics: self.metrics,
             recording,
+            handling: Vec::new(),
         }
     }
 }

@@ -7,6 +7,7 @@ use dsgd_models::Workload;
 use dsgd_runtime::collectives::analytic::CostModel;
 use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::protocols::async_ps::PsConfig;
+use dsgd_runtime::protocols::easgd::EasgdConfig;
 use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_runtime::train::StopRule;
@@ -32,6 +33,33 @@ fn sync_ring_iteration_takes_compute_plus_the_ring_cost() {
         assert!((measured / expected - 1.0).abs() < 0.01, "n={n}: {measured} vs {expected}");
         assert_eq!(r.metrics.iterations(), 20);
     }
+}
+
+#[test]
+fn a_sync_workers_chunk_handling_time_adds_to_every_round_of_the_ring() {
+    // As above, with 0.5 ms to handle each chunk: each of the 2(n-1) rounds waits for it.
+    let params = 11_689_512;
+    let s = 4.0 * params as f64;
+    let alg = AlgorithmConfig::Sync(SyncConfig { message_time_us: 500.0, ..Default::default() });
+    for n in [2usize, 4, 8] {
+        let mut t = train(60.0);
+        t.stop.iterations = Some(20);
+        let r = go(alg, n, &cluster(1, 100, 50, 10.0), timing(params), t);
+        let measured = mean(r.metrics.iteration_times.iter().map(|d| d.as_secs_f64()));
+        let expected = 0.1 + 2.0 * (n as f64 - 1.0) * (50e-6 + s / n as f64 * 8.0 / 10e9 + 500e-6);
+        assert!((measured / expected - 1.0).abs() < 0.002, "n={n}: {measured} vs {expected}");
+        assert_eq!(r.metrics.iterations(), 20);
+    }
+}
+
+#[test]
+fn an_easgd_centre_with_an_update_time_caps_the_exchanges() {
+    // tau = 1: every step is an exchange; 8 workers at 1 ms a step offer ~8,000 exchanges/s to a
+    // centre that handles one per 10 ms, so they step 100 times a second in all.
+    let alg = AlgorithmConfig::Easgd(EasgdConfig { tau: 1, update_time_us: 10_000.0, ..Default::default() });
+    let r = go(alg, 8, &cluster(1, 1, 10, 10.0), timing(1000), train(5.0));
+    let rate = r.metrics.updates as f64 / r.sim_time.as_secs_f64();
+    assert!((rate / 100.0 - 1.0).abs() < 0.02, "{rate} steps/s, the centre's 1/(10 ms) is 100/s");
 }
 
 /// The cost model of 20 µs, 25 Gb/s NICs, `core_us` across the core and uplinks of `uplink_gbps`.
@@ -87,6 +115,25 @@ fn a_parameter_server_saturates_at_bandwidth_over_size() {
     for &r in &rates[2..] {
         assert!((r / 100.0 - 1.0).abs() < 0.03, "saturated rate {r} should be B/S = 100/s ({rates:?})");
     }
+}
+
+#[test]
+fn a_parameter_server_with_an_update_time_serves_one_push_at_a_time() {
+    // 4 KB messages over 10 us + 10 Gbit/s: 13.28 us each way; compute 10 ms; 1 ms per update.
+    let ps = AlgorithmConfig::AsyncPs(PsConfig { update_time_us: 1000.0, ..Default::default() });
+    let rate = |alg: &AlgorithmConfig, m: usize| {
+        let r = go(*alg, m, &cluster(1, 10, 10, 10.0), timing(1000), train(5.0));
+        r.metrics.updates as f64 / r.sim_time.as_secs_f64()
+    };
+    // One worker waits for its own update: one push per 10 ms + 2 x 13.28 us + 1 ms.
+    let one = rate(&ps, 1);
+    assert!((one * 0.011_026_56 - 1.0).abs() < 0.01, "one worker: {one}/s");
+    // 32 workers offer ~2,900 pushes/s to a server that serves 1,000/s: it is the bottleneck.
+    let many = rate(&ps, 32);
+    assert!((many / 1000.0 - 1.0).abs() < 0.01, "32 workers: {many}/s, the server's 1/(1 ms) is 1000/s");
+    // Without an update time the same 32 workers are limited by their compute alone.
+    let free = rate(&AlgorithmConfig::AsyncPs(PsConfig::default()), 32);
+    assert!((free * 0.010_026_56 / 32.0 - 1.0).abs() < 0.01, "32 free workers: {free}/s");
 }
 
 #[test]

@@ -31,7 +31,12 @@ fn algorithms() -> Vec<AlgorithmConfig> {
         }),
         AlgorithmConfig::Sync(SyncConfig { backup_workers: 1, ..sync }),
         AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, ..Default::default() }),
-        AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, shards: 2, staleness_bound: Some(3) }),
+        AlgorithmConfig::AsyncPs(PsConfig {
+            timeout_s: TIMEOUT,
+            shards: 2,
+            staleness_bound: Some(3),
+            ..Default::default()
+        }),
         AlgorithmConfig::Easgd(EasgdConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, mode: GossipMode::Push, ..Default::default() }),

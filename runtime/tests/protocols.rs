@@ -28,7 +28,7 @@ fn push(grad: f32) -> PsMsg {
 #[test]
 fn a_shard_holds_back_a_worker_more_than_the_bound_ahead_of_the_slowest() {
     // Two workers (ranks 0 and 1), one shard (rank 2), bound 1, timeout 5 s.
-    let cfg = PsConfig { shards: 1, staleness_bound: Some(1), timeout_s: 5.0 };
+    let cfg = PsConfig { shards: 1, staleness_bound: Some(1), timeout_s: 5.0, ..Default::default() };
     let mut shard = Shard::new(0, 1, 2, cfg, OptimizerConfig::default());
     let mut ctx: Recorder<PsMsg> = Recorder::new(2, 3, quadratic());
     shard.on_start(&mut ctx);
@@ -63,7 +63,7 @@ fn an_easgd_exchange_moves_worker_and_centre_toward_each_other_by_alpha() {
     let cfg = EasgdConfig { tau: 2, alpha: Some(0.25), ..Default::default() };
     let opt = OptimizerConfig { lr: 0.5, ..Default::default() };
     let mut worker = EasgdWorker::new(cfg, 8, opt, 2);
-    let mut centre = Centre::new(cfg.alpha_for(2));
+    let mut centre = Centre::new(cfg.alpha_for(2), 0.0);
     let (mut w, mut c): (Recorder<EasgdMsg>, Recorder<EasgdMsg>) =
         (Recorder::new(0, 3, quadratic()), Recorder::new(2, 3, quadratic()));
     worker.on_start(&mut w);

@@ -126,6 +126,8 @@ struct Report {
     end_s: f64,
     messages_sent: u64,
     messages_delivered: u64,
+    /// Wall time spent decoding and handling delivered messages.
+    handling_ns: u64,
     /// Timers that fired.
     timers_fired: u64,
     bytes_sent: u64,
@@ -450,6 +452,7 @@ struct Loop<P: Protocol> {
     crash_count: u64,
     restart_count: u64,
     delivered: u64,
+    handling_ns: u64,
     timers_fired: u64,
     /// (evaluation index, updates, up, model view) at every multiple of `every`.
     snapshots: Vec<(usize, u64, bool, OwnedView)>,
@@ -483,6 +486,7 @@ where
             crash_count: 0,
             restart_count: 0,
             delivered: 0,
+            handling_ns: 0,
             timers_fired: 0,
             snapshots: Vec::new(),
             next_eval: 0,
@@ -603,9 +607,11 @@ where
             match status.tag() {
                 DATA if self.up => {
                     self.delivered += 1;
+                    let t = Instant::now();
                     let m: P::Msg = decode(&buf);
                     let from = status.source_rank() as usize;
                     self.r.with_ctx(|p, c| p.on_message(c, from, m));
+                    self.handling_ns += t.elapsed().as_nanos() as u64;
                 }
                 STOP => {
                     let why: StopReason = decode(&buf);
@@ -681,6 +687,7 @@ where
             end_s: end_time.as_secs_f64(),
             messages_sent: r.sent.0,
             messages_delivered: self.delivered,
+            handling_ns: self.handling_ns,
             timers_fired: self.timers_fired,
             bytes_sent: r.sent.1,
             crashes: self.crash_count,
@@ -767,6 +774,7 @@ fn assemble(reports: Vec<Report>, workload: &dyn Workload, train: &TrainConfig, 
         final_params,
         trace: None,
         recording: Some(Recording { per_rank: reports.iter().map(|r| r.gradient_ns.clone()).collect() }),
+        handling: reports.iter().map(|r| (r.handling_ns, r.messages_delivered)).collect(),
         metrics,
     }
 }

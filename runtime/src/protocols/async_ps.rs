@@ -9,6 +9,11 @@
 //! a shard holds back its answer to a worker that is more than `s` pushes ahead of the slowest
 //! live worker (a worker silent for `timeout_s` no longer counts as live).
 //!
+//! With `update_time_us > 0`, a shard is a single server that takes that long to apply each push
+//! and answer it: pushes queue and are served one at a time, first come first served (the
+//! measured cost of a real server's decode, update and encode, so the simulator can predict a
+//! real run; a real run pays its own and refuses a modelled one).
+//!
 //! Failures: a crashed worker is simply not heard from. A crashed shard keeps its parameters
 //! (they are its durable state); workers waiting for it re-send their request every `timeout_s`
 //! until it is back, so they stall exactly as long as it is down.
@@ -16,6 +21,7 @@
 use crate::collectives::{chunk, slice_bytes};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use crate::protocols::service::Service;
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,11 +37,18 @@ pub struct PsConfig {
     pub staleness_bound: Option<u64>,
     /// Re-send and liveness timeout in seconds (default 5).
     pub timeout_s: f64,
+    /// A shard's time to apply one push and answer it, microseconds (default 0: at once).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub update_time_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for PsConfig {
     fn default() -> Self {
-        PsConfig { shards: 1, staleness_bound: None, timeout_s: 5.0 }
+        PsConfig { shards: 1, staleness_bound: None, timeout_s: 5.0, update_time_us: 0.0 }
     }
 }
 
@@ -66,6 +79,7 @@ pub enum PsMsg {
 
 const RESEND: u64 = 1;
 const RELEASE: u64 = 2;
+const SERVED: u64 = 3;
 
 /// A parameter-server rank holding one shard.
 pub struct Shard {
@@ -81,6 +95,8 @@ pub struct Shard {
     clock: Vec<u64>,
     last_heard: Vec<SimTime>,
     held: BTreeMap<usize, ()>,
+    /// Pushes waiting for the server (when `update_time_us > 0`).
+    queue: Service<PsMsg>,
 }
 
 impl Shard {
@@ -99,6 +115,7 @@ impl Shard {
             clock: vec![0; workers],
             last_heard: vec![SimTime::ZERO; workers],
             held: BTreeMap::new(),
+            queue: Service::new(cfg.update_time_us),
         }
     }
     /// Updates applied.
@@ -121,6 +138,32 @@ impl Shard {
         let msg = PsMsg::Params { shard: self.index, version: self.version, params: self.params.clone() };
         let bytes = slice_bytes(ctx.workload(), self.range.len());
         ctx.send(w, msg, bytes);
+    }
+
+    /// Applies a push (if `msg` is one) and answers it, or holds the answer back.
+    fn serve(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
+        if let PsMsg::Push { read, grad } = msg {
+            let opt = self.opt.as_mut().expect("started");
+            opt.apply(&mut self.params, &grad);
+            let staleness = self.version - read.min(self.version);
+            self.version += 1;
+            self.clock[from] += 1;
+            if self.index == 0 {
+                ctx.record_update(staleness);
+            }
+        }
+        let was_held = !self.held.is_empty();
+        if self.may_answer(ctx.now(), from) {
+            self.answer(ctx, from);
+        } else {
+            self.held.insert(from, ());
+            if !was_held {
+                ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), RELEASE);
+            }
+        }
+        if was_held {
+            self.release(ctx);
+        }
     }
 
     fn release(&mut self, ctx: &mut dyn Context<PsMsg>) {
@@ -153,33 +196,21 @@ impl Protocol for Shard {
 
     fn on_message(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
         self.last_heard[from] = ctx.now();
-        if let PsMsg::Push { read, grad } = msg {
-            let opt = self.opt.as_mut().expect("started");
-            opt.apply(&mut self.params, &grad);
-            let staleness = self.version - read.min(self.version);
-            self.version += 1;
-            self.clock[from] += 1;
-            if self.index == 0 {
-                ctx.record_update(staleness);
-            }
+        if !self.queue.is_instant() && matches!(msg, PsMsg::Push { .. }) {
+            self.queue.arrive(ctx, from, msg, SERVED);
+            return;
         }
-        let was_held = !self.held.is_empty();
-        if self.may_answer(ctx.now(), from) {
-            self.answer(ctx, from);
-        } else {
-            self.held.insert(from, ());
-            if !was_held {
-                ctx.set_timer(SimDuration::from_secs_f64(self.cfg.timeout_s), RELEASE);
-            }
-        }
-        if was_held {
-            self.release(ctx);
-        }
+        self.serve(ctx, from, msg);
     }
 
     fn on_timer(&mut self, ctx: &mut dyn Context<PsMsg>, tag: u64) {
         if tag == RELEASE {
             self.release(ctx);
+        }
+        if tag == SERVED {
+            if let Some((from, msg)) = self.queue.served(ctx, SERVED) {
+                self.serve(ctx, from, msg);
+            }
         }
     }
 
@@ -187,6 +218,7 @@ impl Protocol for Shard {
 
     fn on_crash(&mut self) {
         self.held.clear(); // pending answers are lost with the process; parameters are kept
+        self.queue.clear();
     }
 
     fn on_restart(&mut self, ctx: &mut dyn Context<PsMsg>) {

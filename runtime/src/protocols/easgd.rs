@@ -11,6 +11,7 @@
 
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
+use crate::protocols::service::Service;
 use dsgd_sim::SimDuration;
 use serde::{Deserialize, Serialize};
 
@@ -26,11 +27,19 @@ pub struct EasgdConfig {
     pub beta: f64,
     /// Exchange timeout in seconds (default 5).
     pub timeout_s: f64,
+    /// The centre's time to handle one exchange, microseconds (default 0: at once); exchanges
+    /// queue behind it (see [`crate::protocols::service`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub update_time_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for EasgdConfig {
     fn default() -> Self {
-        EasgdConfig { tau: 4, alpha: None, beta: 0.9, timeout_s: 5.0 }
+        EasgdConfig { tau: 4, alpha: None, beta: 0.9, timeout_s: 5.0, update_time_us: 0.0 }
     }
 }
 
@@ -188,12 +197,29 @@ pub struct Centre {
     alpha: f64,
     c: Vec<f32>,
     started: bool,
+    queue: Service<EasgdMsg>,
 }
 
+const SERVED: u64 = 2;
+
 impl Centre {
-    /// A centre with moving rate `alpha`.
-    pub fn new(alpha: f64) -> Self {
-        Centre { alpha, c: Vec::new(), started: false }
+    /// A centre with moving rate `alpha`, taking `update_time_us` per exchange.
+    pub fn new(alpha: f64, update_time_us: f64) -> Self {
+        Centre { alpha, c: Vec::new(), started: false, queue: Service::new(update_time_us) }
+    }
+
+    fn serve(&mut self, ctx: &mut dyn Context<EasgdMsg>, from: usize, msg: EasgdMsg) {
+        let bytes = ctx.workload().message_bytes();
+        match msg {
+            EasgdMsg::Exchange { x } => {
+                let a = self.alpha as f32;
+                let diff: Vec<f32> = x.iter().zip(&self.c).map(|(x, c)| a * (x - c)).collect();
+                self.c.iter_mut().zip(&diff).for_each(|(c, d)| *c += d);
+                ctx.send(from, EasgdMsg::Diff { diff }, bytes);
+            }
+            EasgdMsg::Fetch => ctx.send(from, EasgdMsg::Centre { c: self.c.clone() }, bytes),
+            _ => {}
+        }
     }
 }
 
@@ -208,22 +234,24 @@ impl Protocol for Centre {
     }
 
     fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, from: usize, msg: EasgdMsg) {
-        let bytes = ctx.workload().message_bytes();
-        match msg {
-            EasgdMsg::Exchange { x } => {
-                let a = self.alpha as f32;
-                let diff: Vec<f32> = x.iter().zip(&self.c).map(|(x, c)| a * (x - c)).collect();
-                self.c.iter_mut().zip(&diff).for_each(|(c, d)| *c += d);
-                ctx.send(from, EasgdMsg::Diff { diff }, bytes);
-            }
-            EasgdMsg::Fetch => ctx.send(from, EasgdMsg::Centre { c: self.c.clone() }, bytes),
-            _ => {}
+        if !self.queue.is_instant() && matches!(msg, EasgdMsg::Exchange { .. }) {
+            self.queue.arrive(ctx, from, msg, SERVED);
+        } else {
+            self.serve(ctx, from, msg);
         }
     }
 
-    fn on_timer(&mut self, _ctx: &mut dyn Context<EasgdMsg>, _tag: u64) {}
+    fn on_timer(&mut self, ctx: &mut dyn Context<EasgdMsg>, tag: u64) {
+        if tag == SERVED {
+            if let Some((from, msg)) = self.queue.served(ctx, SERVED) {
+                self.serve(ctx, from, msg);
+            }
+        }
+    }
     fn on_gradient(&mut self, _ctx: &mut dyn Context<EasgdMsg>, _job: JobId, _grad: Vec<f32>, _loss: f64) {}
-    fn on_crash(&mut self) {}
+    fn on_crash(&mut self) {
+        self.queue.clear(); // exchanges waiting are lost with the process; the centre is kept
+    }
     fn on_restart(&mut self, _ctx: &mut dyn Context<EasgdMsg>) {}
 
     fn view(&self) -> View<'_> {

@@ -4,4 +4,5 @@
 pub mod async_ps;
 pub mod easgd;
 pub mod gossip;
+pub mod service;
 pub mod sync;

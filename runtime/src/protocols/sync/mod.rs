@@ -28,6 +28,7 @@ mod reduce;
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Protocol, View};
+use crate::protocols::service::Service;
 use dsgd_sim::{NetworkConfig, SimDuration, SimTime, Topology};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -48,6 +49,15 @@ pub struct SyncConfig {
     /// (filled in from a racks topology's `rack_size` when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_size: Option<usize>,
+    /// A worker's time to handle one chunk of the message-level collective (decode, reduce,
+    /// encode what it sends on), microseconds (default 0: at once); chunks queue behind it (see
+    /// [`crate::protocols::service`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub message_time_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl SyncConfig {
@@ -76,7 +86,14 @@ impl SyncConfig {
 
 impl Default for SyncConfig {
     fn default() -> Self {
-        SyncConfig { collective: CollectiveKind::Ring, backup_workers: 0, timeout_s: 5.0, cost: None, group_size: None }
+        SyncConfig {
+            collective: CollectiveKind::Ring,
+            backup_workers: 0,
+            timeout_s: 5.0,
+            cost: None,
+            group_size: None,
+            message_time_us: 0.0,
+        }
     }
 }
 
@@ -163,6 +180,7 @@ const WATCHDOG: u64 = 1;
 const PROBE_END: u64 = 2;
 const ANALYTIC_DONE: u64 = 3;
 const HELLO: u64 = 4;
+const SERVED: u64 = 5;
 const SMALL: u64 = 64;
 
 /// Where a worker is in its iteration. A membership probe ([`membership::Probing`]) pauses
@@ -258,6 +276,8 @@ pub struct SyncWorker {
     collective: reduce::CollectiveState,
     /// Gradients received by the analytic and backup modes, by (view, iteration).
     gathered: reduce::Gathered,
+    /// Chunks waiting to be handled (when `message_time_us > 0`).
+    chunks: Service<SyncMsg>,
 }
 
 /// The initial membership, shared by every worker.
@@ -307,6 +327,7 @@ impl SyncWorker {
             pending_state: None,
             collective: reduce::CollectiveState::new(groups),
             gathered: reduce::Gathered::new(),
+            chunks: Service::new(cfg.message_time_us),
         }
     }
 
@@ -384,6 +405,7 @@ impl Protocol for SyncWorker {
 
     fn on_message(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, msg: SyncMsg) {
         match msg {
+            SyncMsg::Chunk { .. } if !self.chunks.is_instant() => self.chunks.arrive(ctx, from, msg, SERVED),
             SyncMsg::Chunk { view, iter, round, data } => self.on_chunk(ctx, (view, iter), round, data),
             SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
             SyncMsg::Params { view, iter, params } => {
@@ -402,6 +424,11 @@ impl Protocol for SyncWorker {
         match tag {
             HELLO => self.on_hello(ctx),
             WATCHDOG => self.on_watchdog(ctx),
+            SERVED => {
+                if let Some((_, SyncMsg::Chunk { view, iter, round, data })) = self.chunks.served(ctx, SERVED) {
+                    self.on_chunk(ctx, (view, iter), round, data);
+                }
+            }
             _ if tag >> 8 != self.gen => {} // a timer of an older iteration or probe
             _ => match tag & 0xff {
                 PROBE_END => self.end_probe(ctx),
@@ -434,6 +461,7 @@ impl Protocol for SyncWorker {
         self.watchdog = membership::Watchdog::default();
         self.pending_state = None;
         self.collective.clear();
+        self.chunks.clear();
         self.gathered.clear();
     }
 
