@@ -8,7 +8,7 @@ use crate::spec::{FaultSpec, Spec};
 use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
-use dsgd_runtime::runner::{with_roles, Drive};
+use dsgd_runtime::runner::{with_roles, AlgorithmConfig, Drive};
 use dsgd_runtime::timing::Recording;
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -31,7 +31,7 @@ pub fn init() -> Result<Universe, String> {
 /// a fault other than a crash or restart, or an analytic collective (it charges a modelled delay
 /// where a real run has a real network).
 pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
-    if let dsgd_runtime::runner::AlgorithmConfig::Sync(c) = &spec.algorithm {
+    if let AlgorithmConfig::Sync(c) = &spec.algorithm {
         if c.collective.is_analytic() {
             return Err(format!(
                 "algorithm.collective: {} charges a modelled delay instead of sending its messages, which a real run \
@@ -39,6 +39,14 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
                 c.collective.name()
             ));
         }
+    }
+    if let Some(t) = charged_time(&spec.algorithm).filter(|&t| t > 0.0) {
+        let field =
+            if matches!(spec.algorithm, AlgorithmConfig::Sync(_)) { "message_time_us" } else { "update_time_us" };
+        return Err(format!(
+            "algorithm.{field}: is {t}; a real rank takes the time its messages really take, so a modelled one \
+             cannot be added; leave it out"
+        ));
     }
     let mut crashes: Vec<RealCrash> = Vec::new();
     for (i, f) in spec.faults.iter().enumerate() {
@@ -132,6 +140,12 @@ pub struct Comparison {
     pub gradient_ms: Option<f64>,
     /// The network fit the simulator used.
     pub fit: calibrate::Fit,
+    /// The measured time per message the simulator charged: a server's per update (parameter
+    /// server or EASGD centre, `update_time_us`), a sync worker's per chunk (`message_time_us`).
+    pub charged_us: Option<f64>,
+    /// The real ranks' mean wall time per handled message (decode, the protocol's work, the
+    /// answers' encoding), microseconds, over all ranks.
+    pub handling_us: f64,
 }
 
 fn headline(s: &Summary) -> (String, f64) {
@@ -160,7 +174,7 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
         let real = run_spec(world, spec)?;
         let (Some(real), Some(points)) = (real, points.as_ref()) else { continue };
         let fit = calibrate::fits(points, big, calibrate::Pattern::of(spec, world.size() as usize));
-        let sim_spec = replay_spec(spec, &fit);
+        let sim_spec = replay_spec(spec, &fit, &real.result);
         let recording = real.result.recording.as_ref().map(extended);
         let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
         let (metric, r) = headline(&real.summary);
@@ -176,19 +190,32 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
             time_to_target_s: real.summary.time_to_target_s.zip(sim_to_target),
             gradient_ms: mean_gradient_ms(&real.result),
             fit,
+            charged_us: charged_time(&sim_spec.algorithm),
+            handling_us: {
+                let (ns, n) = real.result.handling.iter().fold((0, 0), |(a, b), &(ns, n)| (a + ns, b + n));
+                ns as f64 / n.max(1) as f64 / 1e3
+            },
         });
         replays.push((sim_spec, sim));
     }
     Ok(points.map(|points| Validation { points, comparisons: rows, replays }))
 }
 
-/// The spec the simulator runs to predict a real run of `spec`: the fitted network, and the real
-/// gradients' durations (`gradient_time: measured`, fed from the real run), which already hold
+/// The spec the simulator runs to predict a real run of `spec`: the fitted network, a server's
+/// measured time per update (`update_time_us`), and the real gradients' durations
+/// (`gradient_time: measured`, fed from the real run), which already hold
 /// the injected stragglers, so these are not applied again. A real run does not stop at its
 /// target (it is found afterwards, in the gathered evaluations), so neither does the simulated
 /// one: both are measured over the same time.
-fn replay_spec(spec: &Spec, fit: &calibrate::Fit) -> Spec {
+fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
     let mut s = spec.clone();
+    let servers = handling_us(real, spec.nodes);
+    match &mut s.algorithm {
+        AlgorithmConfig::AsyncPs(c) => c.update_time_us = servers,
+        AlgorithmConfig::Easgd(c) => c.update_time_us = servers,
+        AlgorithmConfig::Sync(c) if !c.collective.is_analytic() => c.message_time_us = handling_us(real, 0),
+        _ => {}
+    }
     s.stop.target_loss = None;
     s.stop.target_accuracy = None;
     s.network.latency_us = fit.latency_us;
@@ -196,6 +223,29 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit) -> Spec {
     s.compute.gradient_time = dsgd_sim::spec::StepTimes::Measured;
     s.compute.straggler = Default::default();
     s
+}
+
+/// The modelled time per handled message: a server's per update (parameter-server shards, the
+/// EASGD centre), a sync worker's per collective chunk; `None` where nothing is modelled.
+fn charged_time(a: &AlgorithmConfig) -> Option<f64> {
+    match a {
+        AlgorithmConfig::AsyncPs(c) => Some(c.update_time_us),
+        AlgorithmConfig::Easgd(c) => Some(c.update_time_us),
+        AlgorithmConfig::Sync(c) => Some(c.message_time_us),
+        AlgorithmConfig::Gossip(_) => None,
+    }
+}
+
+/// The mean wall time per handled message of the ranks from `first` on (the servers after the
+/// workers, or every rank), microseconds: nearly all are pushes or exchanges a server decodes,
+/// applies and answers, or chunks a sync worker decodes, reduces and passes on.
+fn handling_us(real: &RunResult, first: usize) -> f64 {
+    let (ns, n) = real.handling.iter().skip(first).fold((0, 0), |(a, b), &(ns, n)| (a + ns, b + n));
+    if n == 0 {
+        0.0
+    } else {
+        ns as f64 / n as f64 / 1e3
+    }
 }
 
 /// The real run's gradient durations, each rank's repeated in order to 4 times their number (at
@@ -238,12 +288,12 @@ pub struct Validation {
 /// The comparison as a Markdown table.
 pub fn table(rows: &[Comparison]) -> String {
     let mut s = String::from(
-        "| spec | algorithm | metric | real | simulated | error | time to target (real / sim) | gradient | network fit |\n",
+        "| spec | algorithm | metric | real | simulated | error | time to target (real / sim) | gradient | charged per message | message handling | network fit |\n",
     );
-    s.push_str("|---|---|---|---:|---:|---:|---|---:|---|\n");
+    s.push_str("|---|---|---|---:|---:|---:|---|---:|---:|---:|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {}: {:.1} us, {:.2} Gbit/s to {} B |\n",
+            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B |\n",
             r.name,
             r.algorithm,
             r.metric,
@@ -252,6 +302,8 @@ pub fn table(rows: &[Comparison]) -> String {
             100.0 * r.error,
             r.time_to_target_s.map_or("-".into(), |(a, b)| format!("{a:.2} s / {b:.2} s")),
             r.gradient_ms.map_or("-".into(), |g| format!("{g:.2} ms")),
+            r.charged_us.map_or("-".into(), |u| format!("{u:.1} us")),
+            r.handling_us,
             serde_json::to_value(r.fit.pattern).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
             r.fit.latency_us,
             r.fit.bandwidth_gbps,

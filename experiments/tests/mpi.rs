@@ -27,31 +27,95 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// The simulator's error bound per validation spec. Measured here (2 cores, 4 ranks, three
+/// runs each): the small quadratic specs within 1.5%, the large-message and real-gradient specs
+/// within 4% except the synchronous ones (sync_large -9 to -13%, sync_mlp -6 to -15%; README
+/// says why). The bounds leave room for a loaded CI machine; a spec that misses its bound is
+/// run once more, so one descheduled rank does not fail CI but a systematic error does.
+const BOUNDS: [(&str, f64); 11] = [
+    ("sync", 0.10),
+    ("async_ps", 0.10),
+    ("easgd", 0.10),
+    ("gossip", 0.10),
+    ("sync_straggler", 0.10),
+    ("async_ps_large", 0.15),
+    ("async_ps_mlp", 0.15),
+    ("easgd_mlp", 0.15),
+    ("gossip_mlp", 0.15),
+    ("sync_large", 0.30),
+    ("sync_mlp", 0.30),
+];
+
+fn validate(dir: &Path, out: &str, names: &[&str]) -> (Output, Vec<serde_json::Value>) {
+    let paths: Vec<String> = names.iter().map(|n| specs().join(format!("{n}.json")).display().to_string()).collect();
+    let mut args = vec!["validate"];
+    args.extend(paths.iter().map(String::as_str));
+    args.extend(["--out", out]);
+    let o = mpirun(dir, 4, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(out).join("validation.json")).unwrap()).unwrap();
+    let rows = v["comparisons"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), names.len(), "{v}");
+    (o, rows)
+}
+
 #[test]
 fn every_algorithm_runs_for_real_and_the_simulator_predicts_it() {
     let dir = tempfile::tempdir().unwrap();
-    let s = |a: &str| specs().join(format!("{a}.json")).display().to_string();
-    let (a, b, c, d) = (s("sync"), s("async_ps"), s("easgd"), s("gossip"));
-    // The bound leaves room for a loaded 2-core CI machine running 4 ranks; README reports the
-    // measured errors (within 6% here).
-    const BOUND: f64 = 0.25;
-    let o = mpirun(dir.path(), 4, &["validate", &a, &b, &c, &d, "--out", "v", "--max-error", &BOUND.to_string()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("v/validation.json")).unwrap()).unwrap();
-    let rows = v["comparisons"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "{v}");
+    let names: Vec<&str> = BOUNDS.iter().map(|b| b.0).collect();
+    let (_, rows) = validate(dir.path(), "v", &names);
     let algorithms: Vec<&str> = rows.iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
-    assert_eq!(algorithms, ["sync", "async_ps", "easgd", "gossip-pull"]);
-    for r in rows {
+    assert_eq!(
+        algorithms,
+        [
+            "sync",
+            "async_ps",
+            "easgd",
+            "gossip-pull",
+            "sync",
+            "async_ps",
+            "async_ps",
+            "easgd",
+            "gossip-pull",
+            "sync",
+            "sync"
+        ]
+    );
+    let mut missed = Vec::new();
+    for (r, (name, bound)) in rows.iter().zip(BOUNDS) {
         let (real, sim, err) =
             (r["real"].as_f64().unwrap(), r["simulated"].as_f64().unwrap(), r["error"].as_f64().unwrap());
         assert!(real > 0.0 && sim > 0.0, "{r}");
         assert!((err - (sim - real) / real).abs() < 1e-9, "the reported error is the relative difference: {r}");
-        assert!(err.abs() <= BOUND, "the simulator is off by {:+.1}%: {r}", 100.0 * err);
+        // The network fit is the one of the algorithm's traffic, up to its largest message.
+        let pattern = if r["algorithm"] == "sync" { "ring" } else { "pairs" };
+        assert_eq!(r["fit"]["pattern"], pattern, "{r}");
+        assert!(r["fit"]["latency_us"].as_f64().unwrap() > 0.0, "{r}");
+        // The measured time per message the simulator charged: servers' per update, sync
+        // workers' per chunk; gossip charges none.
+        let charged = r["charged_us"].as_f64();
+        assert_eq!(charged.is_some(), !name.starts_with("gossip"), "{r}");
+        assert!(charged.is_none_or(|u| u > 0.0), "{r}");
+        assert!(r["gradient_ms"].as_f64().unwrap() >= 1.0, "each real gradient lasts at least the spec's step: {r}");
+        if err.abs() > bound {
+            missed.push((name, bound));
+        }
     }
+    // What the simulator ran is written as run folders that replay bit for bit.
+    let replay =
+        Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir.path()).args(["replay", "v"]).output().unwrap();
+    assert!(replay.status.success(), "{}", text(&replay));
+    assert!(text(&replay).contains("11 of 11 runs replayed identically"), "{}", text(&replay));
     assert!(dir.path().join("v/validation.png").exists());
-    // The bound is enforced: a bound no prediction meets fails the command.
+    // A spec that missed its bound gets one more try: the bound must hold on it.
+    for (name, bound) in missed {
+        let (_, again) = validate(dir.path(), &format!("again-{name}"), &[name]);
+        let err = again[0]["error"].as_f64().unwrap();
+        assert!(err.abs() <= bound, "{name}: the simulator is off by {:+.1}% twice: {}", 100.0 * err, again[0]);
+    }
+    // The bound of --max-error is enforced: a bound no prediction meets fails the command.
+    let a = specs().join("sync.json").display().to_string();
     let o = mpirun(dir.path(), 4, &["validate", &a, "--out", "w", "--max-error", "0.000001"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("is off by"), "{}", text(&o));
@@ -113,6 +177,13 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
         assert!(text(&o).contains(&format!("algorithm.collective: {c} charges a modelled delay")), "{}", text(&o));
         assert!(!dir.path().join("r").exists());
     }
+    // Nor a parameter server's modelled update time: a real server takes its real time.
+    let ps = specs().join("async_ps.json").display().to_string();
+    let set = r#"algorithm={"kind":"async_ps","update_time_us":100}"#;
+    let o = mpirun(dir.path(), 4, &["real", &ps, "--out", "r", "--set", set]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("algorithm.update_time_us: is 100; a real rank takes"), "{}", text(&o));
+    assert!(!dir.path().join("r").exists());
 }
 
 #[test]
@@ -138,12 +209,26 @@ fn calibration_writes_spec_parts() {
     let dir = tempfile::tempdir().unwrap();
     let o = mpirun(
         dir.path(),
-        2,
+        4,
         &["calibrate", "--spec", &specs().join("sync.json").display().to_string(), "--out", "c.json"],
     );
     assert!(o.status.success(), "{}", text(&o));
     let c: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("c.json")).unwrap()).unwrap();
     assert!(c["network"]["latency_us"].as_f64().unwrap() > 0.0, "{c}");
+    // The measurements behind it: every size up to the spec's largest message, for one pair, all
+    // pairs at once and the ring; a fit per pattern; the spec's own all-reduce; each worker's steps.
+    let points = c["measured"]["points"].as_array().unwrap();
+    assert!(points.len() >= 3, "{c}");
+    for p in points {
+        for k in ["one_way_s", "concurrent_one_way_s", "ring_one_way_s"] {
+            assert!(p[k].as_f64().unwrap() > 0.0, "{k}: {p}");
+        }
+    }
+    assert_eq!(c["measured"]["pattern_fits"].as_array().unwrap().len(), 3, "{c}");
+    assert!(c["measured"]["all_reduce_s"].as_f64().unwrap() > 0.0, "{c}");
+    let steps = c["measured"]["step_s"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "one list of step times per worker rank: {c}");
+    assert!(steps.iter().all(|s| s.as_array().unwrap().iter().all(|t| t.as_f64().unwrap() > 0.0)), "{c}");
     assert!(c["network"]["bandwidth_gbps"].as_f64().unwrap() > 0.0, "{c}");
     assert!(c["compute"]["step_time_ms"].as_f64().unwrap() > 0.0, "{c}");
 }
