@@ -153,8 +153,9 @@ enum Command {
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
     },
-    /// Measure this machine's or cluster's latency and bandwidth (ping-pong between ranks 0 and
-    /// 1) and, given a spec, its gradient step times; write them as spec parts (JSON).
+    /// Measure this machine's or cluster's latency and bandwidth per message size, for one pair,
+    /// all pairs at once and the ring, up to the spec's largest message, and, given a spec, its
+    /// all-reduce and gradient step times; write them as spec parts (JSON).
     Calibrate {
         /// A spec whose workload's gradient times to measure.
         #[arg(long)]

@@ -28,22 +28,23 @@ fn text(o: &Output) -> String {
 }
 
 /// The simulator's error bound per validation spec. Measured here (2 cores, 4 ranks, three
-/// runs each): the small quadratic specs within 1.5%, the large-message and real-gradient specs
-/// within 4% except the synchronous ones (sync_large -9 to -13%, sync_mlp -6 to -15%; README
-/// says why). The bounds leave room for a loaded CI machine; a spec that misses its bound is
-/// run once more, so one descheduled rank does not fail CI but a systematic error does.
+/// validations of all 11): the five small specs within 1.1%, the large-message and real-gradient
+/// specs from -6.5% to +10.8% (the worst in a run where the machine was slower), sync_large
+/// -6.5% to -10.9% (README says why). The bounds leave room for a loaded CI machine; a spec that
+/// misses its bound is run once more, so one descheduled rank does not fail CI but a systematic
+/// error does.
 const BOUNDS: [(&str, f64); 11] = [
     ("sync", 0.10),
     ("async_ps", 0.10),
     ("easgd", 0.10),
     ("gossip", 0.10),
     ("sync_straggler", 0.10),
-    ("async_ps_large", 0.15),
-    ("async_ps_mlp", 0.15),
-    ("easgd_mlp", 0.15),
-    ("gossip_mlp", 0.15),
-    ("sync_large", 0.30),
-    ("sync_mlp", 0.30),
+    ("async_ps_large", 0.20),
+    ("async_ps_mlp", 0.20),
+    ("easgd_mlp", 0.20),
+    ("gossip_mlp", 0.20),
+    ("sync_large", 0.25),
+    ("sync_mlp", 0.20),
 ];
 
 fn validate(dir: &Path, out: &str, names: &[&str]) -> (Output, Vec<serde_json::Value>) {
