@@ -38,12 +38,8 @@ pub struct PsConfig {
     /// Re-send and liveness timeout in seconds (default 5).
     pub timeout_s: f64,
     /// A shard's time to apply one push and answer it, microseconds (default 0: at once).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::protocols::service::is_instant")]
     pub update_time_us: f64,
-}
-
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
 }
 
 impl Default for PsConfig {

@@ -29,12 +29,8 @@ pub struct EasgdConfig {
     pub timeout_s: f64,
     /// The centre's time to handle one exchange, microseconds (default 0: at once); exchanges
     /// queue behind it (see [`crate::protocols::service`]).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::protocols::service::is_instant")]
     pub update_time_us: f64,
-}
-
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
 }
 
 impl Default for EasgdConfig {

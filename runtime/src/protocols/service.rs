@@ -7,6 +7,12 @@ use crate::protocol::Context;
 use dsgd_sim::SimDuration;
 use std::collections::VecDeque;
 
+/// True for a service time of zero (such a field is left out of a resolved spec, so specs written
+/// before it existed keep their form and hash).
+pub(crate) fn is_instant(time_us: &f64) -> bool {
+    *time_us == 0.0
+}
+
 /// The queue of a server with a fixed service time.
 pub struct Service<M> {
     time: SimDuration,

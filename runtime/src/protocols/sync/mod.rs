@@ -52,12 +52,8 @@ pub struct SyncConfig {
     /// A worker's time to handle one chunk of the message-level collective (decode, reduce,
     /// encode what it sends on), microseconds (default 0: at once); chunks queue behind it (see
     /// [`crate::protocols::service`]).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::protocols::service::is_instant")]
     pub message_time_us: f64,
-}
-
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
 }
 
 impl SyncConfig {
