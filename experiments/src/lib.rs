@@ -8,7 +8,8 @@
 //!   [`diff`]: comparing runs.
 //! - [`sweep`]: grids, resume and parallel runs; [`analysis`]: `runs.csv`, `aggregate.csv` and
 //!   intervals; [`report`]: `report.md`; [`plot`]: the figures.
-//! - `real` (feature `mpi`): real runs, calibration and validation.
+//! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
+//!   times per size and pattern, the spec's all-reduce and gradient steps.
 //! - [`gradbench`]: the gradient-step benchmark; [`realbench`]: real gradients through the engine
 //!   against a plain burn loop; [`scalebench`]: the scaling benchmark.
 

@@ -191,20 +191,18 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
             gradient_ms: mean_gradient_ms(&real.result),
             fit,
             charged_us: charged_time(&sim_spec.algorithm),
-            handling_us: {
-                let (ns, n) = real.result.handling.iter().fold((0, 0), |(a, b), &(ns, n)| (a + ns, b + n));
-                ns as f64 / n.max(1) as f64 / 1e3
-            },
+            handling_us: handling_us(&real.result, 0),
         });
         replays.push((sim_spec, sim));
     }
     Ok(points.map(|points| Validation { points, comparisons: rows, replays }))
 }
 
-/// The spec the simulator runs to predict a real run of `spec`: the fitted network, a server's
-/// measured time per update (`update_time_us`), and the real gradients' durations
-/// (`gradient_time: measured`, fed from the real run), which already hold
-/// the injected stragglers, so these are not applied again. A real run does not stop at its
+/// The spec the simulator runs to predict a real run of `spec`: the fitted network, the
+/// measured time per handled message (a server's per update, `update_time_us`; a sync worker's
+/// per chunk, `message_time_us`), and the real gradients' durations (`gradient_time: measured`,
+/// fed from the real run), which already hold the injected stragglers, so these are not applied
+/// again. A real run does not stop at its
 /// target (it is found afterwards, in the gathered evaluations), so neither does the simulated
 /// one: both are measured over the same time.
 fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {

@@ -8,13 +8,15 @@
 //! - [`protocols`]: the algorithms, one a file: `async_ps`, `easgd`, `gossip` (pull and
 //!   push-sum), and `sync` in a folder: the worker's stages and modes (`mod.rs`), the three ways
 //!   it reduces (`reduce.rs`: collective, analytic, backup workers) and its membership changes
-//!   (`membership.rs`: watchdog, probe, state hand-off, join).
+//!   (`membership.rs`: watchdog, probe, state hand-off, join); `service`: a server's FIFO
+//!   service time per message (the measured cost a validation charges).
 //! - [`collectives`]: all-reduce schedules, one a file (ring, tree, halving-doubling,
 //!   hierarchical) and their closed forms (`analytic`).
 //! - [`optimizer`]: SGD with momentum, Nesterov, weight decay, schedules.
 //! - [`runner`]: an algorithm's configuration and the roles it builds for an executor.
 //! - [`train`]: the training configuration and the stopping rule.
-//! - [`sim_exec`]: the simulator executor; `mpi_exec`: the MPI executor.
+//! - [`sim_exec`]: the simulator executor; `mpi_exec`: the MPI executor (its loop in `mod.rs`,
+//!   its non-blocking sends in `outbox.rs`).
 //! - [`outcome`]: what a finished run reports, whichever executor ran it.
 //! - [`consensus`]: the model both executors score (mean of replicas, shards put together).
 //! - [`metrics`]: counters, samples, time accounting and the per-rank `Ledger` both executors
