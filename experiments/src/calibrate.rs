@@ -433,6 +433,23 @@ mod tests {
     }
 
     #[test]
+    fn each_algorithm_is_fitted_on_the_pattern_of_its_traffic() {
+        let spec = |algorithm: serde_json::Value| -> Spec {
+            crate::load::spec_from_str("t.json", &serde_json::json!({ "algorithm": algorithm }).to_string(), &[])
+                .unwrap()
+        };
+        // The message-level all-reduce sends to its ring neighbours all at once.
+        assert_eq!(Pattern::of(&spec(serde_json::json!({"kind": "sync"})), 4), Pattern::Ring);
+        // Backup workers and the others exchange with peers or servers, many pairs at once.
+        let backup = spec(serde_json::json!({"kind": "sync", "backup_workers": 1}));
+        assert_eq!(Pattern::of(&backup, 4), Pattern::Pairs);
+        for kind in ["async_ps", "easgd", "gossip"] {
+            assert_eq!(Pattern::of(&spec(serde_json::json!({ "kind": kind })), 4), Pattern::Pairs, "{kind}");
+            assert_eq!(Pattern::of(&spec(serde_json::json!({ "kind": kind })), 2), Pattern::Pair, "{kind}");
+        }
+    }
+
+    #[test]
     fn step_times_are_floored_at_the_specs_step_time() {
         let (mean, sigma) = step_summary(&[vec![0.001, 0.003], vec![0.004]], 0.002).unwrap();
         assert!((mean - 0.003).abs() < 1e-12, "{mean}");
