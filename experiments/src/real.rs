@@ -211,7 +211,7 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
     match &mut s.algorithm {
         AlgorithmConfig::AsyncPs(c) => c.update_time_us = servers,
         AlgorithmConfig::Easgd(c) => c.update_time_us = servers,
-        AlgorithmConfig::Sync(c) if !c.collective.is_analytic() => c.message_time_us = handling_us(real, 0),
+        AlgorithmConfig::Sync(c) if exchanges_chunks(c) => c.message_time_us = handling_us(real, 0),
         _ => {}
     }
     s.stop.target_loss = None;
@@ -224,14 +224,21 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
 }
 
 /// The modelled time per handled message: a server's per update (parameter-server shards, the
-/// EASGD centre), a sync worker's per collective chunk; `None` where nothing is modelled.
+/// EASGD centre), a sync worker's per collective chunk; `None` where nothing is modelled (gossip,
+/// and sync with backup workers, whose gradients go whole to an aggregator).
 fn charged_time(a: &AlgorithmConfig) -> Option<f64> {
     match a {
         AlgorithmConfig::AsyncPs(c) => Some(c.update_time_us),
         AlgorithmConfig::Easgd(c) => Some(c.update_time_us),
-        AlgorithmConfig::Sync(c) => Some(c.message_time_us),
-        AlgorithmConfig::Gossip(_) => None,
+        AlgorithmConfig::Sync(c) if exchanges_chunks(c) => Some(c.message_time_us),
+        AlgorithmConfig::Sync(_) | AlgorithmConfig::Gossip(_) => None,
     }
+}
+
+/// True if sync's workers reduce by a message-level collective, chunk by chunk (no backup
+/// workers, not an analytic collective): `message_time_us` applies.
+fn exchanges_chunks(c: &dsgd_runtime::protocols::sync::SyncConfig) -> bool {
+    c.backup_workers == 0 && !c.collective.is_analytic()
 }
 
 /// The mean wall time per handled message of the ranks from `first` on (the servers after the
