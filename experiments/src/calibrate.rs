@@ -141,8 +141,7 @@ fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
             decode(&poll_receive(world, &mut out));
             times.push(t.elapsed().as_secs_f64());
         }
-        times.sort_by(f64::total_cmp);
-        medians.push(times[times.len() / 2]);
+        medians.push(median(times));
     }
     while out.in_flight() > 0 {
         out.progress();
@@ -194,6 +193,11 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
         out.progress();
     }
     world.barrier();
+    median(times)
+}
+
+/// The upper median of repeated timings (at least one).
+fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
@@ -222,8 +226,7 @@ fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: boo
                 }
                 times.push(t.elapsed().as_secs_f64() / 2.0);
             }
-            times.sort_by(f64::total_cmp);
-            medians.push(times[times.len() / 2]);
+            medians.push(median(times));
         }
     }
     // Ranks without a pair wait by polling, as in a run, not spinning in a barrier on the cores

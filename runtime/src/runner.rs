@@ -82,18 +82,14 @@ impl AlgorithmConfig {
                     }
                     _ => {}
                 }
-                if !(c.message_time_us.is_finite() && c.message_time_us >= 0.0) {
-                    return bad("message_time_us", format!("is {}; must be 0 or more microseconds", c.message_time_us));
-                }
+                service_time("message_time_us", c.message_time_us)?;
                 c.timeout_s
             }
             AlgorithmConfig::AsyncPs(c) => {
                 if !(1..=100_000).contains(&c.shards) {
                     return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
                 }
-                if !(c.update_time_us.is_finite() && c.update_time_us >= 0.0) {
-                    return bad("update_time_us", format!("is {}; must be 0 or more microseconds", c.update_time_us));
-                }
+                service_time("update_time_us", c.update_time_us)?;
                 c.timeout_s
             }
             AlgorithmConfig::Easgd(c) => {
@@ -105,9 +101,7 @@ impl AlgorithmConfig {
                         return bad("alpha", "must be in (0, 1]".into());
                     }
                 }
-                if !(c.update_time_us.is_finite() && c.update_time_us >= 0.0) {
-                    return bad("update_time_us", format!("is {}; must be 0 or more microseconds", c.update_time_us));
-                }
+                service_time("update_time_us", c.update_time_us)?;
                 c.timeout_s
             }
             AlgorithmConfig::Gossip(c) => {
@@ -122,6 +116,15 @@ impl AlgorithmConfig {
         }
         let why = "(a shorter failure-detection timeout fires before messages arrive, so every round times out)";
         Ok(dsgd_sim::spec::duration("timeout_s", timeout, 1e-3, why)?)
+    }
+}
+
+/// Checks a modelled time per message (`update_time_us`, `message_time_us`).
+fn service_time(field: &str, us: f64) -> Result<(), ConfigError> {
+    if us.is_finite() && us >= 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::new(field, format!("is {us}; must be 0 or more microseconds")))
     }
 }
 
