@@ -6,8 +6,12 @@
 //!   executor's codec, a non-blocking send, a polling receiver that decodes it. Each size is timed
 //!   twice: one pair alone (ranks 0 and 1, the others polling as in a run), and every pair of ranks
 //!   at once (0-1, 2-3, …), since in a run all ranks send together and share the cores.
-//! - **The fit** is `one_way = latency + bytes / bandwidth`, least squares over the sizes up to
-//!   the largest message the spec sends, on the all-pairs points (or the pair's with 2 ranks).
+//! - **The fit** is `one_way = latency + bytes / bandwidth` on the points of the spec's traffic
+//!   pattern (the ring's for a message-level all-reduce, all pairs' for the others, the pair's
+//!   with 2 ranks), over the sizes up to the largest message the spec sends. The line goes through
+//!   the point of the spec's bulk message (a ring chunk, or a model's worth), which is timed at
+//!   its exact size, and is least squares over the other points: message cost is not linear in
+//!   size over three decades (protocol switches, caches), and the bulk messages carry the time.
 //! - **Gradients**: the spec's workload steps, timed on every worker rank at once (as in a run,
 //!   where the workers compute side by side on the same cores).
 
@@ -71,11 +75,14 @@ impl Pattern {
     }
 }
 
-/// `one_way = latency + bytes / bandwidth` over the sizes up to `up_to_bytes`.
+/// `one_way = latency + bytes / bandwidth` over the sizes up to `up_to_bytes`, through the point
+/// at `through_bytes`.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct Fit {
     /// Largest size fitted.
     pub up_to_bytes: usize,
+    /// The size whose measured time the line matches exactly (the spec's bulk message).
+    pub through_bytes: usize,
     /// Microseconds.
     pub latency_us: f64,
     /// Gbit/s.
@@ -245,17 +252,28 @@ fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: boo
     medians
 }
 
-/// Least squares of `one_way = latency + bytes / bandwidth` over the points up to `up_to`.
-fn fit(points: &[PingPong], up_to: usize, pattern: Pattern) -> Fit {
+/// `one_way = latency + bytes / bandwidth` through the point at `through` (the time of the
+/// first point of that size, or of the largest point up to `up_to` without one), least squares
+/// over the other points up to `up_to`.
+fn fit(points: &[PingPong], up_to: usize, through: usize, pattern: Pattern) -> Fit {
     let used: Vec<(f64, f64)> =
         points.iter().filter(|p| p.bytes <= up_to).map(|p| (p.bytes as f64, pattern.time(p))).collect();
-    let k = used.len() as f64;
-    let (mx, my) = (used.iter().map(|p| p.0).sum::<f64>() / k, used.iter().map(|p| p.1).sum::<f64>() / k);
-    let sxy: f64 = used.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let sxx: f64 = used.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let anchor = used.iter().copied().find(|p| p.0 as usize == through).unwrap_or(used[used.len() - 1]);
+    let (bx, by) = anchor;
+    let sxy: f64 = used.iter().map(|p| (p.0 - bx) * (p.1 - by)).sum();
+    let sxx: f64 = used.iter().map(|p| (p.0 - bx).powi(2)).sum();
     let slope = if sxx > 0.0 { (sxy / sxx).max(1e-13) } else { 1e-13 };
-    let latency = (my - slope * mx).max(used[0].1 * 0.5).max(1e-7);
-    Fit { up_to_bytes: up_to, latency_us: latency * 1e6, bandwidth_gbps: 8.0 / (slope * 1e9), pattern }
+    // Latency is at least half the smallest size's time and at most the anchor's (then the line
+    // is flat: the anchor costs its latency alone).
+    let latency = (by - slope * bx).max(used[0].1 * 0.5).min(by).max(1e-7);
+    let slope = if bx > 0.0 { ((by - latency) / bx).max(1e-13) } else { slope };
+    Fit {
+        up_to_bytes: up_to,
+        through_bytes: bx as usize,
+        latency_us: latency * 1e6,
+        bandwidth_gbps: 8.0 / (slope * 1e9),
+        pattern,
+    }
 }
 
 /// The largest message `spec` sends, bytes: a model's worth of parameters (the wire size of a
@@ -263,6 +281,20 @@ fn fit(points: &[PingPong], up_to: usize, pattern: Pattern) -> Fit {
 pub fn largest_message(spec: &Spec) -> Result<usize, String> {
     let r = spec.resolve().map_err(|e| e.to_string())?;
     Ok((4 * r.workload.param_count() + 64).max(16 << 10))
+}
+
+/// The payload of the messages that carry `spec`'s traffic on `ranks` ranks, bytes: a ring
+/// all-reduce's chunk (a model's worth over the workers), or a model's worth for the others
+/// (servers' slices, elastic exchanges and gossip replies, a tree's rounds).
+pub fn bulk_message(spec: &Spec, ranks: usize) -> Result<usize, String> {
+    let r = spec.resolve().map_err(|e| e.to_string())?;
+    let params = r.workload.param_count();
+    Ok(match &spec.algorithm {
+        AlgorithmConfig::Sync(c) if Pattern::of(spec, ranks) == Pattern::Ring && c.collective == CollectiveKind::Ring => {
+            4 * params.div_ceil(r.workers.max(1))
+        }
+        _ => largest_message(spec)?,
+    })
 }
 
 /// The message sizes to time up to `largest` bytes: 8 B, 1 KiB, then ×8 to `largest`.
@@ -297,10 +329,20 @@ pub fn ping_pong(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Op
 }
 
 /// The network fit of `pattern`'s points over the sizes up to a spec's largest message,
-/// `largest` bytes (at least 3 sizes).
-pub fn fits(points: &[PingPong], largest: usize, pattern: Pattern) -> Fit {
+/// `largest` bytes (at least 3 sizes), through its bulk message's point, `bulk` bytes.
+pub fn fits(points: &[PingPong], largest: usize, bulk: usize, pattern: Pattern) -> Fit {
     let up_to = points.iter().map(|p| p.bytes).filter(|&b| b <= largest.max(points[2].bytes)).max().unwrap_or(largest);
-    fit(points, up_to, pattern)
+    fit(points, up_to, bulk, pattern)
+}
+
+/// The sizes to time for specs whose largest and bulk messages are `largest` and `bulk`: 8 B,
+/// 1 KiB, ×8 from 16 KiB up to the largest, and every spec's own sizes.
+pub fn sizes_for(largest: &[usize], bulk: &[usize]) -> Vec<usize> {
+    let mut sizes = sizes_up_to(largest.iter().copied().max().unwrap_or(1));
+    sizes.extend(largest.iter().chain(bulk));
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
 }
 
 /// The gradient step times of `spec`'s workload, timed on every worker rank at once; on rank 0,
@@ -369,21 +411,23 @@ pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Opti
     if world.size() < 2 {
         return Err("calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into());
     }
+    let ranks = world.size() as usize;
     let largest = spec.map(largest_message).transpose()?.unwrap_or(4 << 20);
-    let points = ping_pong(world, &sizes_up_to(largest), 30);
+    let bulk = spec.map(|s| bulk_message(s, ranks)).transpose()?.unwrap_or(largest);
+    let points = ping_pong(world, &sizes_for(&[largest], &[bulk]), 30);
     let steps = match spec {
         Some(s) => step_times(world, s, 10)?,
         None => Vec::new(),
     };
-    let ranks = world.size() as usize;
     let pattern = spec.map_or(Pattern::Ring, |s| Pattern::of(s, ranks));
     let collective = match spec {
         Some(s) => spec_all_reduce(world, s)?,
         None => None,
     };
     Ok(points.map(|points| {
-        let fit = fits(&points, largest, pattern);
-        let pattern_fits = [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, p)).to_vec();
+        let fit = fits(&points, largest, bulk, pattern);
+        let pattern_fits =
+            [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, bulk, p)).to_vec();
         Calibration { points, fit, pattern_fits, step_s: steps, all_reduce_s: collective }
     }))
 }
@@ -424,7 +468,7 @@ mod tests {
         assert_eq!(sizes, [8, 1024, 16 << 10, 128 << 10, 1 << 20]);
         let p = points(50e-6, 1e9, &sizes);
         let (pair, all, ring) =
-            (fits(&p, 200_000, Pattern::Pair), fits(&p, 200_000, Pattern::Pairs), fits(&p, 200_000, Pattern::Ring));
+            [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|pattern| fits(&p, 200_000, 128 << 10, pattern)).into();
         assert_eq!((all.up_to_bytes, pair.up_to_bytes), (128 << 10, 128 << 10));
         assert!((pair.latency_us - 50.0).abs() < 1e-6 && (pair.bandwidth_gbps - 8.0).abs() < 1e-6, "{pair:?}");
         // All pairs at once take twice as long: twice the latency, half the bandwidth.
@@ -432,7 +476,44 @@ mod tests {
         assert!((all.latency_us - 100.0).abs() < 1e-6 && (all.bandwidth_gbps - 4.0).abs() < 1e-6);
         assert!((ring.latency_us - 200.0).abs() < 1e-6 && (ring.bandwidth_gbps - 2.0).abs() < 1e-6);
         // A spec whose messages are small is fitted on the small sizes only, at least 3 of them.
-        assert_eq!(fits(&p, 100, Pattern::Pairs).up_to_bytes, 16 << 10);
+        assert_eq!(fits(&p, 100, 100, Pattern::Pairs).up_to_bytes, 16 << 10);
+    }
+
+    #[test]
+    fn the_fit_goes_through_the_bulk_message_where_cost_is_not_linear_in_size() {
+        // A protocol switch: small messages cost 10 us, large ones 100 us + 1 GB/s.
+        let sizes = sizes_for(&[1 << 20], &[250_000]);
+        assert_eq!(sizes, [8, 1024, 16 << 10, 128 << 10, 250_000, 1 << 20]);
+        let t = |b: usize| if b < 100_000 { 10e-6 } else { 100e-6 + b as f64 / 1e9 };
+        let p: Vec<PingPong> = sizes
+            .iter()
+            .map(|&b| PingPong { bytes: b, one_way_s: t(b), concurrent_one_way_s: t(b), ring_one_way_s: t(b) })
+            .collect();
+        let f = fits(&p, 1 << 20, 250_000, Pattern::Ring);
+        assert_eq!((f.through_bytes, f.up_to_bytes), (250_000, 1 << 20));
+        let at = |b: f64| f.latency_us * 1e-6 + b * 8.0 / (f.bandwidth_gbps * 1e9);
+        assert!((at(250_000.0) - t(250_000)).abs() < 1e-12, "{f:?}");
+        // Plain least squares over every point misses the bulk size by far more.
+        let (mx, my) = (sizes.iter().sum::<usize>() as f64 / 6.0, sizes.iter().map(|&b| t(b)).sum::<f64>() / 6.0);
+        let sxy: f64 = sizes.iter().map(|&b| (b as f64 - mx) * (t(b) - my)).sum();
+        let sxx: f64 = sizes.iter().map(|&b| (b as f64 - mx).powi(2)).sum();
+        let plain = my + sxy / sxx * (250_000.0 - mx);
+        assert!((plain - t(250_000)).abs() > 20e-6, "{plain}");
+        // Without a point at the bulk size, the line goes through the largest one fitted.
+        assert_eq!(fits(&p, 1 << 20, 12345, Pattern::Ring).through_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn a_ring_all_reduce_is_fitted_at_its_chunk_size_the_others_at_a_models_worth() {
+        let spec = |algorithm: serde_json::Value| -> Spec {
+            let v = serde_json::json!({ "algorithm": algorithm, "nodes": 4, "workload": {"kind": "quadratic", "dim": 1001} });
+            crate::load::spec_from_str("t.json", &v.to_string(), &[]).unwrap()
+        };
+        assert_eq!(bulk_message(&spec(serde_json::json!({"kind": "sync"})), 4).unwrap(), 4 * 251);
+        let tree = spec(serde_json::json!({"kind": "sync", "collective": "tree"}));
+        assert_eq!(bulk_message(&tree, 4).unwrap(), largest_message(&tree).unwrap());
+        let ps = spec(serde_json::json!({"kind": "gossip"}));
+        assert_eq!(bulk_message(&ps, 4).unwrap(), largest_message(&ps).unwrap());
     }
 
     #[test]

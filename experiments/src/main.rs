@@ -894,8 +894,8 @@ mod mpi_cmd {
             }
             let f = |f: &dsgd_experiments::calibrate::Fit| {
                 format!(
-                    "{:?}: latency {:.1} us, bandwidth {:.2} Gbit/s up to {} B",
-                    f.pattern, f.latency_us, f.bandwidth_gbps, f.up_to_bytes
+                    "{:?}: latency {:.1} us, bandwidth {:.2} Gbit/s up to {} B, through {} B",
+                    f.pattern, f.latency_us, f.bandwidth_gbps, f.up_to_bytes, f.through_bytes
                 )
             };
             for p in &c.pattern_fits {

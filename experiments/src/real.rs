@@ -146,6 +146,9 @@ pub struct Comparison {
     /// The real ranks' mean wall time per handled message (decode, the protocol's work, the
     /// answers' encoding), microseconds, over all ranks.
     pub handling_us: f64,
+    /// The ping-pong points timed just before the run (a pair alone, all pairs at once, the
+    /// ring), over the sizes the spec sends.
+    pub points: Vec<calibrate::PingPong>,
 }
 
 fn headline(s: &Summary) -> (String, f64) {
@@ -155,25 +158,22 @@ fn headline(s: &Summary) -> (String, f64) {
     }
 }
 
-/// `dsgd validate`: calibrates the network once over the sizes the specs send, then for each
-/// spec runs it for real and runs it in the simulator with the network fitted to its traffic
-/// pattern up to its largest message, and with the real run's own gradient durations (each
-/// rank's gradients take, in order, what they took for real); compares. On rank 0: the ping-pong
-/// points, the comparisons and, per spec, the simulated run (a measured run that
-/// `dsgd replay` reproduces).
+/// `dsgd validate`: for each spec, calibrates the network over the sizes it sends (just before
+/// its run, so that both see the machine in the same state), runs it for real, and runs it in the
+/// simulator with the network fitted to its traffic pattern up to its largest message through its
+/// bulk message, and with the real run's own gradient durations (each rank's gradients take, in
+/// order, what they took for real); compares. On rank 0: the comparisons with their ping-pong
+/// points and, per spec, the simulated run (a measured run that `dsgd replay` reproduces).
 pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Validation>, String> {
-    let largest = specs.iter().map(calibrate::largest_message).collect::<Result<Vec<_>, _>>()?;
-    let mut sizes = calibrate::sizes_up_to(largest.iter().copied().max().unwrap_or(1));
-    sizes.extend(&largest);
-    sizes.sort_unstable();
-    sizes.dedup();
-    let points = calibrate::ping_pong(world, &sizes, 30);
+    let ranks = world.size() as usize;
     let mut rows = Vec::new();
     let mut replays = Vec::new();
-    for (spec, &big) in specs.iter().zip(&largest) {
+    for spec in specs {
+        let (big, bulk) = (calibrate::largest_message(spec)?, calibrate::bulk_message(spec, ranks)?);
+        let points = calibrate::ping_pong(world, &calibrate::sizes_for(&[big], &[bulk]), 30);
         let real = run_spec(world, spec)?;
-        let (Some(real), Some(points)) = (real, points.as_ref()) else { continue };
-        let fit = calibrate::fits(points, big, calibrate::Pattern::of(spec, world.size() as usize));
+        let (Some(real), Some(points)) = (real, points) else { continue };
+        let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
         let sim_spec = replay_spec(spec, &fit, &real.result);
         let recording = real.result.recording.as_ref().map(extended);
         let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
@@ -192,10 +192,11 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
             fit,
             charged_us: charged_time(&sim_spec.algorithm),
             handling_us: handling_us(&real.result, 0),
+            points,
         });
         replays.push((sim_spec, sim));
     }
-    Ok(points.map(|points| Validation { points, comparisons: rows, replays }))
+    Ok((world.rank() == 0).then_some(Validation { comparisons: rows, replays }))
 }
 
 /// The spec the simulator runs to predict a real run of `spec`: the fitted network, the
@@ -280,8 +281,6 @@ fn mean_gradient_ms(r: &RunResult) -> Option<f64> {
 /// What `dsgd validate` found, on rank 0.
 #[derive(Serialize)]
 pub struct Validation {
-    /// The ping-pong points (a pair alone, all pairs at once, the ring).
-    pub points: Vec<calibrate::PingPong>,
     /// One row per spec.
     pub comparisons: Vec<Comparison>,
     /// Per spec, what the simulator ran (calibrated network, the real gradients' durations) and
@@ -298,7 +297,7 @@ pub fn table(rows: &[Comparison]) -> String {
     s.push_str("|---|---|---|---:|---:|---:|---|---:|---:|---:|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B |\n",
+            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B through {} B |\n",
             r.name,
             r.algorithm,
             r.metric,
@@ -312,7 +311,8 @@ pub fn table(rows: &[Comparison]) -> String {
             serde_json::to_value(r.fit.pattern).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
             r.fit.latency_us,
             r.fit.bandwidth_gbps,
-            r.fit.up_to_bytes
+            r.fit.up_to_bytes,
+            r.fit.through_bytes
         ));
     }
     s
