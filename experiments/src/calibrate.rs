@@ -290,7 +290,9 @@ pub fn bulk_message(spec: &Spec, ranks: usize) -> Result<usize, String> {
     let r = spec.resolve().map_err(|e| e.to_string())?;
     let params = r.workload.param_count();
     Ok(match &spec.algorithm {
-        AlgorithmConfig::Sync(c) if Pattern::of(spec, ranks) == Pattern::Ring && c.collective == CollectiveKind::Ring => {
+        AlgorithmConfig::Sync(c)
+            if Pattern::of(spec, ranks) == Pattern::Ring && c.collective == CollectiveKind::Ring =>
+        {
             4 * params.div_ceil(r.workers.max(1))
         }
         _ => largest_message(spec)?,
@@ -326,6 +328,20 @@ pub fn ping_pong(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Op
             })
             .collect()
     })
+}
+
+/// The mean of two timings of the same sizes (say, just before and just after a run, to see the
+/// machine in the state the run saw it).
+pub fn mean_points(a: &[PingPong], b: &[PingPong]) -> Vec<PingPong> {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| PingPong {
+            bytes: a.bytes,
+            one_way_s: (a.one_way_s + b.one_way_s) / 2.0,
+            concurrent_one_way_s: (a.concurrent_one_way_s + b.concurrent_one_way_s) / 2.0,
+            ring_one_way_s: (a.ring_one_way_s + b.ring_one_way_s) / 2.0,
+        })
+        .collect()
 }
 
 /// The network fit of `pattern`'s points over the sizes up to a spec's largest message,

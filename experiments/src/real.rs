@@ -146,7 +146,7 @@ pub struct Comparison {
     /// The real ranks' mean wall time per handled message (decode, the protocol's work, the
     /// answers' encoding), microseconds, over all ranks.
     pub handling_us: f64,
-    /// The ping-pong points timed just before the run (a pair alone, all pairs at once, the
+    /// The ping-pong points, the mean of the timings just before and just after the run (a pair alone, all pairs at once, the
     /// ring), over the sizes the spec sends.
     pub points: Vec<calibrate::PingPong>,
 }
@@ -158,8 +158,9 @@ fn headline(s: &Summary) -> (String, f64) {
     }
 }
 
-/// `dsgd validate`: for each spec, calibrates the network over the sizes it sends (just before
-/// its run, so that both see the machine in the same state), runs it for real, and runs it in the
+/// `dsgd validate`: for each spec, calibrates the network over the sizes it sends just before
+/// and just after its run (the mean of the two, so that the fit sees the machine in the state the
+/// run saw it), runs it for real, and runs it in the
 /// simulator with the network fitted to its traffic pattern up to its largest message through its
 /// bulk message, and with the real run's own gradient durations (each rank's gradients take, in
 /// order, what they took for real); compares. On rank 0: the comparisons with their ping-pong
@@ -170,9 +171,12 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
     let mut replays = Vec::new();
     for spec in specs {
         let (big, bulk) = (calibrate::largest_message(spec)?, calibrate::bulk_message(spec, ranks)?);
-        let points = calibrate::ping_pong(world, &calibrate::sizes_for(&[big], &[bulk]), 30);
+        let sizes = calibrate::sizes_for(&[big], &[bulk]);
+        let before = calibrate::ping_pong(world, &sizes, 30);
         let real = run_spec(world, spec)?;
-        let (Some(real), Some(points)) = (real, points) else { continue };
+        let after = calibrate::ping_pong(world, &sizes, 30);
+        let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
+        let points = calibrate::mean_points(&before, &after);
         let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
         let sim_spec = replay_spec(spec, &fit, &real.result);
         let recording = real.result.recording.as_ref().map(extended);
