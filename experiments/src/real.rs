@@ -40,6 +40,13 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
             ));
         }
     }
+    if spec.compute.receive_time_us > 0.0 {
+        return Err(format!(
+            "compute.receive_time_us: is {}; a real rank takes the time its messages really take, so a modelled one \
+             cannot be added; leave it out",
+            spec.compute.receive_time_us
+        ));
+    }
     if let Some(t) = charged_time(&spec.algorithm).filter(|&t| t > 0.0) {
         let field =
             if matches!(spec.algorithm, AlgorithmConfig::Sync(_)) { "message_time_us" } else { "update_time_us" };
@@ -146,6 +153,10 @@ pub struct Comparison {
     /// The real ranks' mean wall time per handled message (decode, the protocol's work, the
     /// answers' encoding), microseconds, over all ranks.
     pub handling_us: f64,
+    /// The workers' measured time per received message that the simulator charged
+    /// (`compute.receive_time_us`), microseconds; `None` for sync with a message-level
+    /// collective, whose chunks `charged_us` covers.
+    pub receive_us: Option<f64>,
     /// The ping-pong points, the mean of the timings just before and just after the run (a pair alone, all pairs at once, the
     /// ring), over the sizes the spec sends.
     pub points: Vec<calibrate::PingPong>,
@@ -172,9 +183,9 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
     for spec in specs {
         let (big, bulk) = (calibrate::largest_message(spec)?, calibrate::bulk_message(spec, ranks)?);
         let sizes = calibrate::sizes_for(&[big], &[bulk]);
-        let before = calibrate::ping_pong(world, &sizes, 30);
+        let before = calibrate::ping_pong(world, &sizes, 60);
         let real = run_spec(world, spec)?;
-        let after = calibrate::ping_pong(world, &sizes, 30);
+        let after = calibrate::ping_pong(world, &sizes, 60);
         let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
         let points = calibrate::mean_points(&before, &after);
         let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
@@ -195,7 +206,8 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
             gradient_ms: mean_gradient_ms(&real.result),
             fit,
             charged_us: charged_time(&sim_spec.algorithm),
-            handling_us: handling_us(&real.result, 0),
+            handling_us: handling_us(&real.result, 0..real.result.handling.len()),
+            receive_us: charges_receive(&sim_spec.algorithm).then_some(sim_spec.compute.receive_time_us),
             points,
         });
         replays.push((sim_spec, sim));
@@ -205,19 +217,25 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
 
 /// The spec the simulator runs to predict a real run of `spec`: the fitted network, the
 /// measured time per handled message (a server's per update, `update_time_us`; a sync worker's
-/// per chunk, `message_time_us`), and the real gradients' durations (`gradient_time: measured`,
+/// per chunk, `message_time_us`; any other worker's per received message,
+/// `compute.receive_time_us`), and the real gradients' durations (`gradient_time: measured`,
 /// fed from the real run), which already hold the injected stragglers, so these are not applied
 /// again. A real run does not stop at its
 /// target (it is found afterwards, in the gathered evaluations), so neither does the simulated
 /// one: both are measured over the same time.
 fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
     let mut s = spec.clone();
-    let servers = handling_us(real, spec.nodes);
+    let servers = handling_us(real, spec.nodes..real.handling.len());
     match &mut s.algorithm {
         AlgorithmConfig::AsyncPs(c) => c.update_time_us = servers,
         AlgorithmConfig::Easgd(c) => c.update_time_us = servers,
-        AlgorithmConfig::Sync(c) if exchanges_chunks(c) => c.message_time_us = handling_us(real, 0),
+        AlgorithmConfig::Sync(c) if exchanges_chunks(c) => {
+            c.message_time_us = handling_us(real, 0..real.handling.len())
+        }
         _ => {}
+    }
+    if charges_receive(&s.algorithm) {
+        s.compute.receive_time_us = handling_us(real, 0..spec.nodes);
     }
     s.stop.target_loss = None;
     s.stop.target_accuracy = None;
@@ -240,17 +258,26 @@ fn charged_time(a: &AlgorithmConfig) -> Option<f64> {
     }
 }
 
+/// True where the workers' own time per received message is charged as
+/// `compute.receive_time_us`: every algorithm but sync with a message-level collective, whose
+/// chunks `message_time_us` charges.
+fn charges_receive(a: &AlgorithmConfig) -> bool {
+    !matches!(a, AlgorithmConfig::Sync(c) if exchanges_chunks(c))
+}
+
 /// True if sync's workers reduce by a message-level collective, chunk by chunk (no backup
 /// workers, not an analytic collective): `message_time_us` applies.
 fn exchanges_chunks(c: &dsgd_runtime::protocols::sync::SyncConfig) -> bool {
     c.backup_workers == 0 && !c.collective.is_analytic()
 }
 
-/// The mean wall time per handled message of the ranks from `first` on (the servers after the
+/// The mean wall time per handled message of `ranks` (the servers after the workers, the
 /// workers, or every rank), microseconds: nearly all are pushes or exchanges a server decodes,
-/// applies and answers, or chunks a sync worker decodes, reduces and passes on.
-fn handling_us(real: &RunResult, first: usize) -> f64 {
-    let (ns, n) = real.handling.iter().skip(first).fold((0, 0), |(a, b), &(ns, n)| (a + ns, b + n));
+/// applies and answers, chunks a sync worker decodes, reduces and passes on, or a server's or
+/// peer's answer a worker decodes and takes in.
+fn handling_us(real: &RunResult, ranks: std::ops::Range<usize>) -> f64 {
+    let of = real.handling.get(ranks).unwrap_or_default();
+    let (ns, n) = of.iter().fold((0, 0), |(a, b), &(ns, n)| (a + ns, b + n));
     if n == 0 {
         0.0
     } else {
@@ -296,12 +323,12 @@ pub struct Validation {
 /// The comparison as a Markdown table.
 pub fn table(rows: &[Comparison]) -> String {
     let mut s = String::from(
-        "| spec | algorithm | metric | real | simulated | error | time to target (real / sim) | gradient | charged per message | message handling | network fit |\n",
+        "| spec | algorithm | metric | real | simulated | error | time to target (real / sim) | gradient | charged per message | charged per worker receive | message handling | network fit |\n",
     );
-    s.push_str("|---|---|---|---:|---:|---:|---|---:|---:|---:|---|\n");
+    s.push_str("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B through {} B |\n",
+            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B through {} B |\n",
             r.name,
             r.algorithm,
             r.metric,
@@ -311,6 +338,7 @@ pub fn table(rows: &[Comparison]) -> String {
             r.time_to_target_s.map_or("-".into(), |(a, b)| format!("{a:.2} s / {b:.2} s")),
             r.gradient_ms.map_or("-".into(), |g| format!("{g:.2} ms")),
             r.charged_us.map_or("-".into(), |u| format!("{u:.1} us")),
+            r.receive_us.map_or("-".into(), |u| format!("{u:.1} us")),
             r.handling_us,
             serde_json::to_value(r.fit.pattern).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
             r.fit.latency_us,

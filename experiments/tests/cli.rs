@@ -70,6 +70,7 @@ fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
         (r#"{"algorithm": {"kind": "async_ps", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
         (r#"{"algorithm": {"kind": "easgd", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
         (r#"{"algorithm": {"kind": "sync", "message_time_us": -0.5}}"#, "`algorithm.message_time_us`"),
+        (r#"{"compute": {"receive_time_us": -1}}"#, "`compute.receive_time_us`"),
         (r#"{"stop": {"sim_time_s": 100}, "eval": {"every_s": 1e-6}}"#, "`eval.every_s`: 0.000001 s gives"),
         (
             r#"{"compute": {"straggler": {"slowdowns": [{"from_s": 0, "until_s": 1, "factor": 1e9}]}}}"#,

@@ -196,6 +196,11 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
     assert!(!o.status.success());
     assert!(text(&o).contains("algorithm.update_time_us: is 100; a real rank takes"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
+    // Nor a worker's modelled receive time.
+    let o = mpirun(dir.path(), 4, &["real", &ps, "--out", "r", "--set", "compute.receive_time_us=50"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("compute.receive_time_us: is 50; a real rank takes"), "{}", text(&o));
+    assert!(!dir.path().join("r").exists());
 }
 
 #[test]

@@ -157,6 +157,8 @@ pub fn run_timed(
     }
     let mut sim = sim.clone();
     sim.nodes = algorithm.ranks(workers);
+    // A worker's receive time is the compute section's; servers charge their own per update.
+    sim.compute.receive_nodes = workers;
     struct OnSim<'a> {
         sim: &'a SimConfig,
         workload: Arc<dyn Workload>,

@@ -66,6 +66,11 @@ pub struct ComputeConfig {
     pub slow_nodes: BTreeMap<usize, f64>,
     /// Transient slowdowns.
     pub slowdowns: Vec<Slowdown>,
+    /// Host time per received message on each of the first `receive_nodes` nodes (the workers),
+    /// before the node sees it; messages queue first come, first served. Zero: seen on arrival.
+    pub receive: SimDuration,
+    /// How many nodes, from node 0, pay `receive` (the workers; servers model their own).
+    pub receive_nodes: usize,
 }
 
 impl Default for ComputeConfig {
@@ -77,6 +82,8 @@ impl Default for ComputeConfig {
             jitter: Jitter::None,
             slow_nodes: BTreeMap::new(),
             slowdowns: Vec::new(),
+            receive: SimDuration::ZERO,
+            receive_nodes: usize::MAX,
         }
     }
 }
@@ -91,6 +98,8 @@ enum Sampler {
 /// Draws step times.
 pub struct ComputeModel {
     base: Vec<SimDuration>,
+    receive: SimDuration,
+    receive_nodes: usize,
     slow: Vec<f64>,
     slowdowns: Vec<Slowdown>,
     sampler: Sampler,
@@ -158,11 +167,18 @@ impl ComputeModel {
         }
         Ok(ComputeModel {
             base,
+            receive: cfg.receive,
+            receive_nodes: cfg.receive_nodes,
             slow,
             slowdowns: cfg.slowdowns.clone(),
             sampler,
             rngs: (0..nodes).map(|n| streams.stream("compute", n as u64)).collect(),
         })
+    }
+
+    /// The host time `node` spends on each message it receives, if any.
+    pub fn receive_time(&self, node: usize) -> Option<SimDuration> {
+        (node < self.receive_nodes && self.receive > SimDuration::ZERO).then_some(self.receive)
     }
 
     /// The time a step of `work` units (1.0 = one standard step) takes on `node`, starting at `now`.

@@ -153,14 +153,34 @@ struct Transit<M> {
 }
 
 enum Ev<M> {
-    Timer { node: u32, inc: u32, tag: u64 },
-    Compute { node: u32, inc: u32, job: u64, started: SimTime },
+    Timer {
+        node: u32,
+        inc: u32,
+        tag: u64,
+    },
+    Compute {
+        node: u32,
+        inc: u32,
+        job: u64,
+        started: SimTime,
+    },
     Hop(Transit<M>),
     Deliver(Transit<M>),
+    /// A delivered message whose receive time on its node's host has passed.
+    Received(Transit<M>),
     Resend(Transit<M>),
-    Crash { node: u32, random: bool },
-    Restart { node: u32, random: bool },
-    Nic { node: u32, factor: f64 },
+    Crash {
+        node: u32,
+        random: bool,
+    },
+    Restart {
+        node: u32,
+        random: bool,
+    },
+    Nic {
+        node: u32,
+        factor: f64,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -169,6 +189,8 @@ struct NodeState {
     /// Bumped on every crash and restart: events and messages of an older incarnation are void.
     inc: u32,
     compute_free: SimTime,
+    /// When the host has handled the messages it received so far (see `compute.receive`).
+    receive_free: SimTime,
 }
 
 /// The simulation of one cluster.
@@ -204,7 +226,7 @@ impl<M> Sim<M> {
         let streams = Streams::new(cfg.seed);
         let mut sim = Sim {
             queue: EventQueue::with_capacity(4 * n),
-            nodes: vec![NodeState { up: true, inc: 0, compute_free: SimTime::ZERO }; n],
+            nodes: vec![NodeState { up: true, inc: 0, compute_free: SimTime::ZERO, receive_free: SimTime::ZERO }; n],
             net: Network::new(&cfg.network, n)?,
             compute: ComputeModel::new(&cfg.compute, n, &streams)?,
             partitions: cfg.faults.partitions(n),
@@ -527,8 +549,30 @@ impl<M> Sim<M> {
                 } else {
                     EventKind::Deliver
                 };
+                if kind == EventKind::Deliver {
+                    if let Some(t) = self.compute.receive_time(to) {
+                        // The host handles one received message after another.
+                        let at = now.max(self.nodes[to].receive_free) + t;
+                        self.nodes[to].receive_free = at;
+                        self.push(at, Ev::Received(tr)).expect("handling moves forward in time");
+                        return None;
+                    }
+                }
                 self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
                 if kind != EventKind::Deliver {
+                    return None;
+                }
+                self.stats.messages_delivered += 1;
+                Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
+            }
+            Ev::Received(tr) => {
+                let (from, to) = (tr.from as usize, tr.to as usize);
+                // A node that crashed while the message waited never handles it.
+                let up = self.nodes[to].up && self.nodes[to].inc == tr.dst_inc;
+                let kind = if up { EventKind::Deliver } else { EventKind::DropCrash };
+                self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
+                if !up {
+                    self.stats.lost_crash += 1;
                     return None;
                 }
                 self.stats.messages_delivered += 1;
@@ -560,6 +604,7 @@ impl<M> Sim<M> {
                 s.up = false;
                 s.inc += 1;
                 s.compute_free = now;
+                s.receive_free = now;
                 self.stats.crashes += 1;
                 self.record(now, now, EventKind::Crash, node, NONE, 0);
                 Some(Occurrence::Crashed { node: n })
@@ -577,6 +622,7 @@ impl<M> Sim<M> {
                 s.up = true;
                 s.inc += 1;
                 s.compute_free = now;
+                s.receive_free = now;
                 self.stats.restarts += 1;
                 self.record(now, now, EventKind::Restart, node, NONE, 0);
                 Some(Occurrence::Restarted { node: n })

@@ -293,6 +293,17 @@ pub struct ComputeSpec {
     pub per_node_step_time_ms: BTreeMap<usize, f64>,
     /// Stragglers.
     pub straggler: StragglerSpec,
+    /// Host time a worker spends on each message it receives before it can act on it (decode,
+    /// copies: LogP's receive overhead), microseconds; messages wait their turn, first come,
+    /// first served. Default 0 (a message is seen as it arrives), left out of a resolved spec
+    /// then, so older specs keep their form and hash. `dsgd validate` sets it from what real
+    /// workers measured.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub receive_time_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for ComputeSpec {
@@ -302,6 +313,7 @@ impl Default for ComputeSpec {
             step_time_ms: 100.0,
             per_node_step_time_ms: BTreeMap::new(),
             straggler: StragglerSpec::default(),
+            receive_time_us: 0.0,
         }
     }
 }
@@ -357,6 +369,8 @@ impl ComputeSpec {
             positive(&field, t)?;
             duration(&field, t / 1e3, HALF_NS, ZERO_NS)?;
         }
+        non_negative("receive_time_us", self.receive_time_us)?;
+        duration("receive_time_us", self.receive_time_us / 1e6, 0.0, "")?;
         self.straggler.validate(ranks).map_err(|e| e.under("straggler"))
     }
 
@@ -373,6 +387,8 @@ impl ComputeSpec {
                 .iter()
                 .map(|s| Slowdown { node: s.node, from: secs(s.from_s), until: secs(s.until_s), factor: s.factor })
                 .collect(),
+            receive: us(self.receive_time_us),
+            receive_nodes: usize::MAX,
         }
     }
 }

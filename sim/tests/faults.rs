@@ -195,3 +195,28 @@ fn invalid_faults_name_their_field() {
         assert!(err.to_string().contains(field), "{err} should name {field}");
     }
 }
+
+#[test]
+fn a_hosts_receive_time_queues_its_messages_and_a_crash_drops_the_waiting_ones() {
+    // 1 ms of host time per received message on nodes 0 and 1 (node 2 pays none). Node 2 sends
+    // three 1000-byte messages to node 1 at 0 (they arrive at 11, 12, 13 µs: one byte per ns on
+    // the sender's link); node 1 handles them one after another: at 1.011, 2.011, 3.011 ms. Node
+    // 1 crashes at 2.5 ms, so the third is never handled; node 2, which pays no receive time,
+    // sees node 1's message as it arrives.
+    let mut c = cfg(3, vec![Fault::Crash { node: 1, at: SimTime::ZERO + SimDuration::from_micros(2_500) }]);
+    c.compute.receive = SimDuration::from_millis(1);
+    c.compute.receive_nodes = 2;
+    let mut sim: Sim<u32> = Sim::new(&c).unwrap();
+    for i in 0..3 {
+        sim.send(2, 1, 1000, i).unwrap();
+    }
+    sim.send(1, 2, 1000, 9).unwrap();
+    let mut seen = Vec::new();
+    while let Some((t, occ)) = sim.step() {
+        if let Occurrence::Message { to, payload, .. } = occ {
+            seen.push((to, payload, t.as_nanos()));
+        }
+    }
+    assert_eq!(seen, vec![(2, 9, 11_000), (1, 0, 1_011_000), (1, 1, 2_011_000)]);
+    assert_eq!((sim.stats().messages_delivered, sim.stats().lost_crash), (3, 1));
+}
