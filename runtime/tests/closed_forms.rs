@@ -148,7 +148,8 @@ fn a_workers_receive_time_adds_to_its_cycle_and_the_servers_pay_none() {
     // A server paying it too would make this 1/(12.027 ms).
     assert!((one * 0.011_026_56 - 1.0).abs() < 0.01, "one worker: {one}/s");
     // Without it, the same worker is 1 ms faster per cycle.
-    let free = go(AlgorithmConfig::AsyncPs(PsConfig::default()), 1, &cluster(1, 10, 10, 10.0), timing(1000), train(5.0));
+    let free =
+        go(AlgorithmConfig::AsyncPs(PsConfig::default()), 1, &cluster(1, 10, 10, 10.0), timing(1000), train(5.0));
     let free = free.metrics.updates as f64 / free.sim_time.as_secs_f64();
     assert!((free * 0.010_026_56 - 1.0).abs() < 0.01, "without receive time: {free}/s");
 }
