@@ -558,25 +558,16 @@ impl<M> Sim<M> {
                         return None;
                     }
                 }
-                self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
-                if kind != EventKind::Deliver {
-                    return None;
-                }
-                self.stats.messages_delivered += 1;
-                Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
+                self.hand_over(now, kind, tr)
             }
             Ev::Received(tr) => {
-                let (from, to) = (tr.from as usize, tr.to as usize);
+                let to = tr.to as usize;
                 // A node that crashed while the message waited never handles it.
                 let up = self.nodes[to].up && self.nodes[to].inc == tr.dst_inc;
-                let kind = if up { EventKind::Deliver } else { EventKind::DropCrash };
-                self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
                 if !up {
                     self.stats.lost_crash += 1;
-                    return None;
                 }
-                self.stats.messages_delivered += 1;
-                Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
+                self.hand_over(now, if up { EventKind::Deliver } else { EventKind::DropCrash }, tr)
             }
             Ev::Resend(mut tr) => {
                 let from = tr.from as usize;
@@ -633,6 +624,18 @@ impl<M> Sim<M> {
                 None
             }
         }
+    }
+
+    /// Records the end of `tr`'s journey (`kind`: delivered, or why it was dropped) and, if it
+    /// was delivered, hands the message to its node.
+    fn hand_over(&mut self, now: SimTime, kind: EventKind, tr: Transit<M>) -> Option<Occurrence<M>> {
+        self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
+        if kind != EventKind::Deliver {
+            return None;
+        }
+        self.stats.messages_delivered += 1;
+        let (from, to) = (tr.from as usize, tr.to as usize);
+        Some(Occurrence::Message { from, to, bytes: tr.bytes, sent_at: tr.sent_at, payload: tr.payload })
     }
 
     /// True (and recorded) if an event belongs to an earlier incarnation of its node.
