@@ -101,17 +101,13 @@ pub fn counts<B: Backend, M: Module<B>>(module: &M) -> (usize, usize) {
     (c.trainable, c.state)
 }
 
+/// `param` with `values` (of its shape); a parameter not yet built from its initializer never
+/// is, so a network built only to be loaded allocates each parameter once.
 fn replace<B: Backend, const D: usize>(param: Param<Tensor<B, D>>, values: Vec<f32>) -> Param<Tensor<B, D>> {
-    let shape = param.shape();
-    let device = param.lazy_device();
-    param.map(|old| {
-        let t = Tensor::<B, D>::from_data(TensorData::new(values, shape), &device);
-        if old.is_require_grad() {
-            t.require_grad()
-        } else {
-            t
-        }
-    })
+    let t = Tensor::<B, D>::from_data(TensorData::new(values, param.lazy_shape()), &param.lazy_device());
+    let id = param.id;
+    // Keeps the parameter's id, device and require-grad setting.
+    param.transform_for_load(t, id)
 }
 
 struct Load<'a> {
@@ -126,7 +122,7 @@ impl<B: Backend> ModuleMapper<B> for Load<'_> {
         if self.path.is_state() {
             return param;
         }
-        let n = param.shape().num_elements();
+        let n = param.lazy_shape().num_elements();
         let values = self.src[self.pos..self.pos + n].to_vec();
         self.pos += n;
         replace(param, values)
@@ -143,8 +139,9 @@ pub fn from_flat<B: Backend, M: Module<B>>(module: M, flat: &[f32]) -> M {
 
 struct Grads<'a, B: AutodiffBackend> {
     path: Path,
-    grads: &'a B::Gradients,
-    parts: Vec<Tensor<B::InnerBackend, 1>>,
+    grads: &'a mut B::Gradients,
+    out: &'a mut [f32],
+    at: usize,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Grads<'_, B> {
@@ -155,38 +152,27 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Grads<'_, B> {
         }
         let t = param.val();
         let n = t.shape().num_elements();
-        let g = match t.grad(self.grads) {
-            Some(g) => g.reshape([n]),
-            None => Tensor::zeros([n], &t.device()),
-        };
-        self.parts.push(g);
+        let out = &mut self.out[self.at..self.at + n];
+        self.at += n;
+        // Removed from the container, the gradient's buffer is usually this tensor's alone, so
+        // reading it back copies nothing before the one copy into `out`.
+        match t.grad_remove(self.grads) {
+            Some(g) => {
+                let data = g.into_data();
+                out.copy_from_slice(data.as_slice::<f32>().expect("f32 gradients"));
+            }
+            None => out.fill(0.0),
+        }
     }
 }
 
-/// The gradients of `module`'s parameters as one vector, in [`to_flat`]'s order (zeros for
-/// parameters that took no part in the loss).
-pub fn grads_flat<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients) -> Vec<f32> {
-    let mut g = Grads::<B> { path: Path::default(), grads, parts: Vec::new() };
+/// The gradients of `module`'s parameters written into `out` (of the parameter count), in
+/// [`to_flat`]'s order (zeros for parameters that took no part in the loss). The gradients are
+/// taken out of `grads`.
+pub fn grads_into<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &mut B::Gradients, out: &mut [f32]) {
+    let mut g = Grads::<B> { path: Path::default(), grads, out, at: 0 };
     module.visit(&mut g);
-    if g.parts.is_empty() {
-        return Vec::new();
-    }
-    Tensor::cat(g.parts, 0).into_data().to_vec::<f32>().expect("f32 gradients")
-}
-
-/// [`grads_flat`] written into `out` (of the parameter count), part by part without joining
-/// them first: the same values with fewer copies of the vector.
-pub fn grads_into<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients, out: &mut [f32]) {
-    let mut g = Grads::<B> { path: Path::default(), grads, parts: Vec::new() };
-    module.visit(&mut g);
-    let mut at = 0;
-    for part in g.parts {
-        let data = part.into_data();
-        let values = data.as_slice::<f32>().expect("f32 gradients");
-        out[at..at + values.len()].copy_from_slice(values);
-        at += values.len();
-    }
-    assert_eq!(at, out.len(), "the gradient has one value per parameter");
+    assert_eq!(g.at, g.out.len(), "the gradient has one value per parameter");
 }
 
 struct Init<'a> {
@@ -200,7 +186,7 @@ impl<B: Backend> ModuleMapper<B> for Init<'_> {
         if self.path.is_state() {
             return param;
         }
-        let dims: Vec<usize> = param.val().dims().to_vec();
+        let dims: Vec<usize> = param.lazy_shape().to_vec();
         let n: usize = dims.iter().product();
         // He-uniform on weights (fan-in: rows of a linear weight [in, out]; in·k·k for a
         // convolution [out, in, k, k]); BatchNorm scales start at one, shifts and biases at zero.

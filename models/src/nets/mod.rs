@@ -211,8 +211,8 @@ fn grad_of<B: AutodiffBackend, N: Net<B>>(
     let (x, y) = batch_tensors::<B>(data, idx, device);
     let loss = CrossEntropyLossConfig::new().init(device).forward(net.logits(x), y);
     let value = loss.clone().into_scalar().elem::<f64>();
-    let grads = loss.backward();
-    flat::grads_into(&net, &grads, out);
+    let mut grads = loss.backward();
+    flat::grads_into(&net, &mut grads, out);
     value
 }
 
