@@ -21,6 +21,7 @@
 //! - [`consensus`]: the model both executors score (mean of replicas, shards put together).
 //! - [`metrics`]: counters, samples, time accounting and the per-rank `Ledger` both executors
 //!   report through.
+//! - [`gradient_pool`]: gradient jobs computed ahead of time on background threads.
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
 //! - [`error`]: configuration errors with paths relative to the checked configuration.
 //! - [`wire`]: how message vectors are serialised for real runs (one block of bytes).
@@ -30,6 +31,7 @@ pub mod cancel;
 pub mod collectives;
 pub mod consensus;
 pub mod error;
+pub mod gradient_pool;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;

@@ -7,39 +7,35 @@
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
+use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};
 use crate::metrics::{report_through_ledger, Ledger, Metrics, Note, Sample, State, TimeAccount};
 use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Context, JobId, Phase, Protocol, Report, View};
 use crate::timing::{GradientTiming, Recording};
 use crate::train::TrainConfig;
-use dsgd_models::{GradRequest, Workload};
+use dsgd_models::Workload;
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng};
 use rand::RngCore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-struct Job {
-    node: usize,
-    params: Vec<f32>,
-    batch: usize,
-    seed: u64,
-    /// The gradient and minibatch loss, once computed (perhaps ahead of time, in parallel).
-    result: Option<(Vec<f32>, f64)>,
+/// A gradient job in flight: its input, computed when it completes, or handed to the pool.
+enum Job {
+    /// Computed on the simulator's thread when it completes.
+    Inline(GradientInput),
+    /// Computed already (timed when it started, under measured timing).
+    Ready(usize, GradientOutput),
+    /// Handed to the background threads.
+    Pooled(Arc<Task>),
 }
 
 impl Job {
-    fn compute(&self, workload: &dyn Workload) -> (Vec<f32>, f64) {
-        let mut grad = vec![0f32; self.params.len()];
-        let loss = if self.params.is_empty() {
-            f64::NAN
-        } else {
-            workload.gradient(
-                &self.params,
-                GradRequest { worker: self.node, batch: self.batch, seed: self.seed },
-                &mut grad,
-            )
-        };
-        (grad, loss)
+    fn node(&self) -> usize {
+        match self {
+            Job::Inline(i) => i.node,
+            Job::Ready(node, _) => *node,
+            Job::Pooled(t) => t.input().node,
+        }
     }
 }
 
@@ -90,8 +86,15 @@ struct GradientDurations {
 }
 
 impl GradientDurations {
-    /// The duration of `rank`'s next gradient, or `None` under the compute model.
-    fn next(&mut self, rank: usize, job: &mut Job, workload: &dyn Workload) -> Option<SimDuration> {
+    /// The duration of `rank`'s next gradient, or `None` under the compute model; under measured
+    /// timing the job is computed here and `result` holds it.
+    fn next(
+        &mut self,
+        rank: usize,
+        job: &GradientInput,
+        result: &mut Option<GradientOutput>,
+        workload: &dyn Workload,
+    ) -> Option<SimDuration> {
         if matches!(self.mode, GradientTiming::Model) {
             return None;
         }
@@ -101,7 +104,7 @@ impl GradientDurations {
             GradientTiming::Measure => {
                 // The one read of the wall clock on the simulated path: recorded for replay.
                 let started = std::time::Instant::now();
-                job.result = Some(job.compute(workload));
+                *result = Some(job.compute(workload));
                 started.elapsed().as_nanos().max(1) as u64
             }
             GradientTiming::Replay(rec) => match rec.per_rank.get(rank).and_then(|v| v.get(k)) {
@@ -131,6 +134,8 @@ pub struct SimExecutor<P: Protocol> {
     clocks: Vec<TimeAccount>,
     metrics: Metrics,
     threads: usize,
+    /// Background threads for gradients (real networks on the CPU, `threads` > 1, modelled timing).
+    pool: Option<GradientPool>,
     timing: GradientDurations,
     /// The timeline's window (`train.eval.timeline_s`), converted once.
     window: SimTime,
@@ -148,6 +153,7 @@ struct Ctx<'a, M> {
     metrics: &'a mut Metrics,
     window: SimTime,
     timing: &'a mut GradientDurations,
+    pool: Option<&'a GradientPool>,
 }
 
 impl<M> Ctx<'_, M> {
@@ -178,12 +184,18 @@ impl<M> Context<M> for Ctx<'_, M> {
     }
     fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
         let seed = self.data_rng.next_u64();
-        let mut j = Job { node: self.rank, params, batch, seed, result: None };
-        let (job, _) = match self.timing.next(self.rank, &mut j, self.workload) {
+        let input = GradientInput { node: self.rank, params, batch, seed };
+        let mut result = None;
+        let (job, due) = match self.timing.next(self.rank, &input, &mut result, self.workload) {
             None => self.sim.start_compute(self.rank, 1.0),
             Some(took) => self.sim.start_compute_measured(self.rank, took),
         }
         .expect("a live node computes");
+        let j = match (result, self.pool) {
+            (Some(out), _) => Job::Ready(self.rank, out),
+            (None, Some(pool)) => Job::Pooled(pool.submit(due.as_nanos(), job.0, input)),
+            (None, None) => Job::Inline(input),
+        };
         self.jobs.insert(job.0, j);
         let now = self.sim.now();
         self.ledger().phase(now, Phase::Computing);
@@ -228,6 +240,7 @@ impl<P: Protocol> SimExecutor<P> {
             proto_rngs,
             metrics: Metrics::default(),
             threads: gradient_threads(),
+            pool: None,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
     }
@@ -250,6 +263,7 @@ impl<P: Protocol> SimExecutor<P> {
             metrics: &mut self.metrics,
             window: self.window,
             timing: &mut self.timing,
+            pool: self.pool.as_ref(),
         };
         f(&mut self.roles[rank], &mut ctx);
     }
@@ -295,27 +309,6 @@ impl<P: Protocol> SimExecutor<P> {
         (sample, c.model)
     }
 
-    /// Computes every issued gradient job that has no result yet, on `threads` threads. The
-    /// jobs' parameters were fixed when they started, so this gives the same bits as computing
-    /// each one when it completes.
-    fn compute_pending(&mut self) {
-        let mut todo: Vec<&mut Job> = self.jobs.values_mut().filter(|j| j.result.is_none()).collect();
-        if todo.len() < 2 {
-            return;
-        }
-        let per = todo.len().div_ceil(self.threads);
-        let workload = &*self.workload;
-        std::thread::scope(|s| {
-            for chunk in todo.chunks_mut(per) {
-                s.spawn(move || {
-                    for j in chunk.iter_mut() {
-                        j.result = Some(j.compute(workload));
-                    }
-                });
-            }
-        });
-    }
-
     fn switch(&mut self, rank: usize, now: SimTime, to: State) {
         self.clocks[rank].switch(now, to, rank, self.window, &mut self.metrics.timeline);
     }
@@ -325,25 +318,26 @@ impl<P: Protocol> SimExecutor<P> {
             Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
             Occurrence::Message { from, to, payload, .. } => self.with_ctx(to, |p, c| p.on_message(c, from, payload)),
             Occurrence::ComputeDone { node, job, .. } => {
-                // Only when this job's gradient is not ready: the jobs issued since the last
-                // batch then wait to form the next one (every job in flight, typically), and a
-                // batch of one or two jobs never pays for the threads.
-                let ready = self.jobs.get(&job.0).is_some_and(|j| j.result.is_some());
-                if self.threads > 1 && self.workload.parallel_gradients() && !ready {
-                    self.compute_pending();
-                }
                 let j = self.jobs.remove(&job.0).expect("every job is recorded");
-                debug_assert_eq!(j.node, node);
-                let (grad, loss) = match j.result {
-                    Some(r) => r,
-                    None => j.compute(&*self.workload),
+                debug_assert_eq!(j.node(), node);
+                let (grad, loss) = match j {
+                    Job::Ready(_, out) => out,
+                    Job::Inline(input) => input.compute(&*self.workload),
+                    Job::Pooled(task) => self.pool.as_ref().expect("pooled jobs have a pool").take(&task),
                 };
                 self.metrics.gradients += 1;
                 self.switch(node, now, State::Phase(Phase::Idle));
                 self.with_ctx(node, |p, c| p.on_gradient(c, job, grad, loss));
             }
             Occurrence::Crashed { node } => {
-                self.jobs.retain(|_, j| j.node != node);
+                let pool = self.pool.as_ref();
+                self.jobs.retain(|_, j| {
+                    let keep = j.node() != node;
+                    if let (false, Job::Pooled(t), Some(pool)) = (keep, &*j, pool) {
+                        pool.drop_task(t);
+                    }
+                    keep
+                });
                 self.switch(node, now, State::Crashed);
                 self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "crashed".into() });
                 self.roles[node].on_crash();
@@ -389,6 +383,9 @@ impl<P: Protocol> SimExecutor<P> {
         let stop = self.train.stop;
         let end = SimTime::from_secs_f64(stop.sim_time_s);
         let every = SimDuration::from_secs_f64(self.train.eval.every_s).max(SimDuration(1));
+        if self.threads > 1 && self.workload.parallel_gradients() && matches!(self.timing.mode, GradientTiming::Model) {
+            self.pool = Some(GradientPool::new(self.workload.clone(), self.threads));
+        }
         for r in 0..self.roles.len() {
             self.with_ctx(r, |p, c| p.on_start(c));
         }

@@ -1,0 +1,226 @@
+//! Gradients computed ahead of time on background threads while the simulator's thread runs the
+//! protocols.
+//!
+//! A gradient job is a pure function of its parameters (fixed when it starts), its minibatch size
+//! and its seed, so it may be computed at any moment between its start and its completion, on any
+//! thread, and give the same bits. The simulator's thread submits every job when it starts
+//! ([`GradientPool::submit`]) with the simulated time it completes; background threads take the
+//! jobs that complete soonest first. When a job completes in simulated time the simulator's
+//! thread takes its result ([`GradientPool::take`]): computed already, being computed (it waits),
+//! or not begun (it computes the job itself). So the threads change the wall time only: no
+//! result, order or digest depends on their number, on the machine's load or on which thread
+//! computed what.
+
+use dsgd_models::{GradRequest, Workload};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// What one gradient job computes from.
+#[derive(Debug)]
+pub struct GradientInput {
+    /// The worker computing it.
+    pub node: usize,
+    /// The parameters, fixed when the job started.
+    pub params: Vec<f32>,
+    /// Minibatch size.
+    pub batch: usize,
+    /// Seed of the job's random choices.
+    pub seed: u64,
+}
+
+/// A computed gradient and the minibatch loss.
+pub type GradientOutput = (Vec<f32>, f64);
+
+impl GradientInput {
+    /// Computes the gradient (empty parameters: a timing-only workload, loss NaN).
+    pub fn compute(&self, workload: &dyn Workload) -> GradientOutput {
+        let mut grad = vec![0f32; self.params.len()];
+        let loss = if self.params.is_empty() {
+            f64::NAN
+        } else {
+            let req = GradRequest { worker: self.node, batch: self.batch, seed: self.seed };
+            workload.gradient(&self.params, req, &mut grad)
+        };
+        (grad, loss)
+    }
+}
+
+enum State {
+    Queued,
+    Running,
+    Done(GradientOutput),
+    Dropped,
+}
+
+/// A submitted job.
+pub struct Task {
+    input: GradientInput,
+    state: Mutex<State>,
+    finished: Condvar,
+}
+
+impl Task {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claims a queued job for the calling thread; false if another has it or it was dropped.
+    fn claim(&self) -> bool {
+        let mut s = self.state();
+        let queued = matches!(*s, State::Queued);
+        if queued {
+            *s = State::Running;
+        }
+        queued
+    }
+
+    fn finish(&self, out: GradientOutput) {
+        let mut s = self.state();
+        if !matches!(*s, State::Dropped) {
+            *s = State::Done(out);
+        }
+        self.finished.notify_all();
+    }
+
+    /// The job's input.
+    pub fn input(&self) -> &GradientInput {
+        &self.input
+    }
+}
+
+struct Queue {
+    /// Jobs not yet taken by a thread, soonest completion first (then the engine's job order).
+    waiting: BTreeMap<(u64, u64), Arc<Task>>,
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    work: Condvar,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Background threads computing submitted gradient jobs.
+pub struct GradientPool {
+    shared: Arc<Shared>,
+    workload: Arc<dyn Workload>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl GradientPool {
+    /// Starts `threads` background threads computing gradients of `workload`.
+    pub fn new(workload: Arc<dyn Workload>, threads: usize) -> Self {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { waiting: BTreeMap::new(), closed: false }),
+            work: Condvar::new(),
+        });
+        let threads = (0..threads)
+            .map(|_| {
+                let (shared, workload) = (shared.clone(), workload.clone());
+                std::thread::Builder::new()
+                    .name("dsgd-gradients".into())
+                    .spawn(move || serve(&shared, &*workload))
+                    .expect("the system starts a thread")
+            })
+            .collect();
+        GradientPool { shared, workload, threads }
+    }
+
+    /// Submits a job that completes at simulated time `due_ns` (engine job number `job`).
+    pub fn submit(&self, due_ns: u64, job: u64, input: GradientInput) -> Arc<Task> {
+        let task = Arc::new(Task { input, state: Mutex::new(State::Queued), finished: Condvar::new() });
+        self.shared.queue().waiting.insert((due_ns, job), task.clone());
+        self.shared.work.notify_one();
+        task
+    }
+
+    /// The job's result: taken if computed, waited for if being computed, computed here if not
+    /// begun.
+    pub fn take(&self, task: &Task) -> GradientOutput {
+        if task.claim() {
+            let out = task.input.compute(&*self.workload);
+            *task.state() = State::Dropped;
+            return out;
+        }
+        let mut s = task.state();
+        loop {
+            match std::mem::replace(&mut *s, State::Dropped) {
+                State::Done(out) => return out,
+                State::Running => {
+                    *s = State::Running;
+                    s = task.finished.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+                State::Queued | State::Dropped => unreachable!("a job is taken once, after it was claimed"),
+            }
+        }
+    }
+
+    /// Forgets a job whose result will not be wanted (its node crashed): not computed if not
+    /// begun.
+    pub fn drop_task(&self, task: &Task) {
+        *task.state() = State::Dropped;
+    }
+}
+
+/// A background thread: computes the soonest-due waiting job until the pool closes.
+fn serve(shared: &Shared, workload: &dyn Workload) {
+    loop {
+        let task = {
+            let mut q = shared.queue();
+            loop {
+                if q.closed {
+                    return;
+                }
+                if let Some((_, t)) = q.waiting.pop_first() {
+                    break t;
+                }
+                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        if task.claim() {
+            let out = task.input.compute(workload);
+            task.finish(out);
+        }
+    }
+}
+
+impl Drop for GradientPool {
+    fn drop(&mut self) {
+        self.shared.queue().closed = true;
+        self.shared.work.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsgd_models::quadratic::Quadratic;
+
+    #[test]
+    fn pooled_results_are_the_inline_results_whoever_computes_them() {
+        let w: Arc<dyn Workload> = Arc::new(Quadratic::new(64, 1.0, 0.1, 0.5, 3.0));
+        let inputs =
+            |k: u64| GradientInput { node: k as usize % 5, params: vec![0.5 + k as f32; 64], batch: 8, seed: k };
+        let inline: Vec<GradientOutput> = (0..200).map(|k| inputs(k).compute(&*w)).collect();
+        for threads in [1, 2, 4] {
+            let pool = GradientPool::new(w.clone(), threads);
+            // Due times in reverse: the threads take the later-submitted jobs first.
+            let tasks: Vec<Arc<Task>> = (0..200).map(|k| pool.submit(1_000 - k, k, inputs(k))).collect();
+            pool.drop_task(&tasks[7]);
+            for (k, t) in tasks.iter().enumerate().filter(|(k, _)| *k != 7) {
+                let (g, l) = pool.take(t);
+                assert_eq!(g, inline[k].0, "job {k} on {threads} threads");
+                assert_eq!(l.to_bits(), inline[k].1.to_bits());
+            }
+        }
+    }
+}
