@@ -1,8 +1,8 @@
 //! The simulator executor: drives one [`Protocol`] instance per rank on the `dsgd-sim` engine.
 //!
-//! It turns engine occurrences into handler calls, computes gradients when the engine says a
-//! computation is done (with the parameters fixed when it started and a seed drawn from the
-//! rank's `("data", rank)` stream), evaluates the consensus model every `eval.every_s` of
+//! It turns engine occurrences into handler calls, delivers gradients when the engine says a
+//! computation is done (computed with the parameters fixed when it started and a seed drawn from
+//! the rank's `("data", rank)` stream, on this thread or ahead of time on [`GradientPool`]'s), evaluates the consensus model every `eval.every_s` of
 //! simulated time, applies the stopping rule and folds every evaluated loss and the final
 //! parameters into the engine's digest, so a replay checks the arithmetic too.
 
@@ -39,9 +39,10 @@ impl Job {
     }
 }
 
-/// Threads for computing pending gradients ahead of time: `$DSGD_THREADS`, else the machine's
-/// cores. Gradient jobs are pure functions of their parameters and seed, so the thread count
-/// changes the wall time only, never a result.
+/// Background threads computing gradients ahead of time ([`GradientPool`], for workloads that
+/// ask for it): `$DSGD_THREADS`, else the machine's cores; 1 computes every gradient on the
+/// simulator's thread when it is due. Gradient jobs are pure functions of their parameters and
+/// seed, so the thread count changes the wall time only, never a result.
 fn gradient_threads() -> usize {
     std::env::var("DSGD_THREADS")
         .ok()
