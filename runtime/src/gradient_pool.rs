@@ -50,6 +50,9 @@ enum State {
     Queued,
     Running,
     Done(GradientOutput),
+    /// The computation panicked on a background thread; the panic is resumed where the result
+    /// is taken, as if it had been computed there.
+    Panicked(Box<dyn std::any::Any + Send>),
     Dropped,
 }
 
@@ -75,10 +78,13 @@ impl Task {
         queued
     }
 
-    fn finish(&self, out: GradientOutput) {
+    fn finish(&self, out: std::thread::Result<GradientOutput>) {
         let mut s = self.state();
         if !matches!(*s, State::Dropped) {
-            *s = State::Done(out);
+            *s = match out {
+                Ok(out) => State::Done(out),
+                Err(panic) => State::Panicked(panic),
+            };
         }
         self.finished.notify_all();
     }
@@ -152,6 +158,7 @@ impl GradientPool {
         loop {
             match std::mem::replace(&mut *s, State::Dropped) {
                 State::Done(out) => return out,
+                State::Panicked(panic) => std::panic::resume_unwind(panic),
                 State::Running => {
                     *s = State::Running;
                     s = task.finished.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -184,7 +191,7 @@ fn serve(shared: &Shared, workload: &dyn Workload) {
             }
         };
         if task.claim() {
-            let out = task.input.compute(workload);
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.input.compute(workload)));
             task.finish(out);
         }
     }
@@ -222,5 +229,44 @@ mod tests {
                 assert_eq!(l.to_bits(), inline[k].1.to_bits());
             }
         }
+    }
+
+    /// A workload whose gradient panics for one seed.
+    struct Faulty;
+    impl Workload for Faulty {
+        fn name(&self) -> &str {
+            "faulty"
+        }
+        fn param_count(&self) -> usize {
+            1
+        }
+        fn init(&self) -> Vec<f32> {
+            vec![0.0]
+        }
+        fn gradient(&self, _: &[f32], req: GradRequest, _: &mut [f32]) -> f64 {
+            assert_ne!(req.seed, 3, "seed 3 fails");
+            1.0
+        }
+        fn evaluate(&self, _: &[f32]) -> dsgd_models::Evaluation {
+            dsgd_models::Evaluation { loss: 0.0, accuracy: None }
+        }
+    }
+
+    #[test]
+    fn a_panic_on_a_background_thread_reaches_the_taker_instead_of_hanging_it() {
+        let pool = GradientPool::new(Arc::new(Faulty), 2);
+        let tasks: Vec<Arc<Task>> = (0..6)
+            .map(|k| pool.submit(k, k, GradientInput { node: 0, params: vec![0.0], batch: 1, seed: k }))
+            .collect();
+        // Let the threads reach the failing job before it is taken.
+        while tasks.iter().any(|t| matches!(*t.state(), State::Queued)) {
+            std::thread::yield_now();
+        }
+        assert_eq!(pool.take(&tasks[2]).1, 1.0);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.take(&tasks[3])));
+        let msg = caught.expect_err("the panic is resumed").downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("seed 3 fails"), "{msg}");
+        // The threads live on.
+        assert_eq!(pool.take(&tasks[5]).1, 1.0);
     }
 }
