@@ -284,14 +284,23 @@ impl Protocol for PsWorker {
             return; // a duplicate answer to a re-sent request
         }
         if !params.is_empty() {
-            let r = chunk(self.params.len(), self.shards, shard);
-            self.params[r].copy_from_slice(&params);
+            if self.shards == 1 {
+                self.params = params; // the whole model: kept as it came, not copied
+            } else {
+                let dim = ctx.workload().param_count();
+                if self.params.len() != dim {
+                    // Every shard is written before the gradient starts, so zeros are never read.
+                    self.params = vec![0.0; dim];
+                }
+                self.params[chunk(dim, self.shards, shard)].copy_from_slice(&params);
+            }
         }
         self.versions[shard] = Some(version);
         if self.versions.iter().all(Option::is_some) {
             self.read = self.versions.iter().map(|v| v.expect("all present")).collect();
             self.gen += 1; // cancel the re-send timer
-            self.job = Some(ctx.start_gradient(self.params.clone(), self.batch));
+                           // The worker keeps no model between gradients: the parameters go to the job whole.
+            self.job = Some(ctx.start_gradient(std::mem::take(&mut self.params), self.batch));
         }
     }
 
@@ -307,7 +316,7 @@ impl Protocol for PsWorker {
         self.arm(ctx);
     }
 
-    fn on_gradient(&mut self, ctx: &mut dyn Context<PsMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
+    fn on_gradient(&mut self, ctx: &mut dyn Context<PsMsg>, job: JobId, mut grad: Vec<f32>, _loss: f64) {
         if self.job != Some(job) {
             return;
         }
@@ -315,7 +324,13 @@ impl Protocol for PsWorker {
         let dim = ctx.workload().param_count();
         for s in 0..self.shards {
             let r = chunk(dim, self.shards, s);
-            let slice = if grad.is_empty() { Vec::new() } else { grad[r.clone()].to_vec() };
+            let slice = if grad.is_empty() {
+                Vec::new()
+            } else if self.shards == 1 {
+                std::mem::take(&mut grad) // one shard: the gradient goes whole, not copied
+            } else {
+                grad[r.clone()].to_vec()
+            };
             let bytes = slice_bytes(ctx.workload(), r.len());
             ctx.send(self.shard_rank(s), PsMsg::Push { read: self.read[s], grad: slice }, bytes);
             self.versions[s] = None;
