@@ -31,7 +31,7 @@ use crate::protocol::{Context, JobId, Protocol, View};
 use crate::protocols::service::Service;
 use dsgd_sim::{NetworkConfig, SimDuration, SimTime, Topology};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Configuration of synchronous SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,6 +119,19 @@ pub enum SyncMsg {
         /// Values.
         #[serde(with = "crate::wire::pod")]
         data: Vec<f32>,
+    },
+    /// A gradient for the analytic all-reduce, shared with every member instead of copied to
+    /// each. The analytic modes run only in the simulator, so it never crosses a real network.
+    #[serde(skip)]
+    Shared {
+        /// Membership view (see [`view_id`]).
+        view: u64,
+        /// Iteration.
+        iter: u64,
+        /// When the sender's gradient was ready.
+        ready: SimTime,
+        /// Values.
+        data: Arc<Vec<f32>>,
     },
     /// New parameters from the backup-worker aggregator; `iter` iterations are now done.
     Params {
@@ -272,6 +285,8 @@ pub struct SyncWorker {
     collective: reduce::CollectiveState,
     /// Gradients received by the analytic and backup modes, by (view, iteration).
     gathered: reduce::Gathered,
+    /// The analytic modes' sums, shared by the workers of a simulated run.
+    sums: Arc<Mutex<reduce::AnalyticSums>>,
     /// Chunks waiting to be handled (when `message_time_us > 0`).
     chunks: Service<SyncMsg>,
 }
@@ -281,6 +296,8 @@ pub struct SyncWorker {
 pub struct Initial {
     now: Membership,
     groups: Option<(u64, Arc<Groups>)>,
+    /// The analytic modes' sums, computed once for all members.
+    sums: Arc<Mutex<reduce::AnalyticSums>>,
 }
 
 impl SyncWorker {
@@ -298,12 +315,12 @@ impl SyncWorker {
             .collective
             .is_hierarchical()
             .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
-        Initial { now: Membership { members, epoch: 0, view }, groups }
+        Initial { now: Membership { members, epoch: 0, view }, groups, sums: Default::default() }
     }
 
     /// A worker of the initial membership from [`SyncWorker::initial`], shared by all workers.
     pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
-        let Initial { now, groups } = initial.clone();
+        let Initial { now, groups, sums } = initial.clone();
         SyncWorker {
             cfg,
             mode: Mode::of(&cfg),
@@ -323,6 +340,7 @@ impl SyncWorker {
             pending_state: None,
             collective: reduce::CollectiveState::new(groups),
             gathered: reduce::Gathered::new(),
+            sums,
             chunks: Service::new(cfg.message_time_us),
         }
     }
@@ -403,7 +421,8 @@ impl Protocol for SyncWorker {
         match msg {
             SyncMsg::Chunk { .. } if !self.chunks.is_instant() => self.chunks.arrive(ctx, from, msg, SERVED),
             SyncMsg::Chunk { view, iter, round, data } => self.on_chunk(ctx, (view, iter), round, data),
-            SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
+            SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, Arc::new(data)),
+            SyncMsg::Shared { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
             SyncMsg::Params { view, iter, params } => {
                 let current = view == self.now.view && iter > self.done;
                 if current && self.probing.is_none() && !self.stage.awaits_state() {

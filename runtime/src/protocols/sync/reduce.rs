@@ -7,11 +7,46 @@ use super::{Membership, Mode, Stage, SyncMsg, SyncWorker, ANALYTIC_DONE};
 use crate::collectives::{self, CollectiveKind, Groups, Outgoing, Run, Schedule};
 use crate::protocol::{Context, Phase};
 use dsgd_sim::SimTime;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Weak};
 
-/// A gradient received for (view, iteration): sender, when it was ready, values.
-type Contribution = (usize, SimTime, Vec<f32>);
+/// A gradient received for (view, iteration): sender, when it was ready, values (shared by every
+/// member in the analytic modes).
+type Contribution = (usize, SimTime, Arc<Vec<f32>>);
+
+/// The analytic modes' sums, shared by the workers of one simulated run. Every member of an
+/// iteration sums the same gradients (the very same shared vectors) in the same rank order, so
+/// the first member computes the sum and the others copy it: p sums of p gradients an
+/// iteration become one. Only a cache: a sum is found by the identity of the vectors it was
+/// computed from (held weakly, so no gradient is kept alive by it, and no other vector can take
+/// a freed one's address while it is held), and an evicted sum is computed again with the same
+/// bits.
+#[derive(Debug, Default)]
+pub struct AnalyticSums {
+    entries: VecDeque<(Vec<Weak<Vec<f32>>>, Vec<f32>)>,
+}
+
+impl AnalyticSums {
+    /// Sums kept: the current iteration's, and one a member still finishing may ask for.
+    const KEEP: usize = 2;
+
+    /// The sum of `got` (in rank order).
+    fn sum(&mut self, got: Vec<Contribution>) -> Vec<f32> {
+        let same = |from: &[Weak<Vec<f32>>]| {
+            from.len() == got.len() && from.iter().zip(&got).all(|(w, g)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&g.2)))
+        };
+        if let Some((_, sum)) = self.entries.iter().find(|(from, _)| same(from)) {
+            return sum.clone();
+        }
+        let from = got.iter().map(|g| Arc::downgrade(&g.2)).collect();
+        let sum = sum_in_order(got.into_iter().map(|g| g.2));
+        if self.entries.len() == Self::KEEP {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((from, sum.clone()));
+        sum
+    }
+}
 
 /// Gradients received by the analytic and backup modes, by (view, iteration).
 pub(super) type Gathered = BTreeMap<(u64, u64), Vec<Contribution>>;
@@ -82,9 +117,10 @@ impl SyncWorker {
                 ctx.send(self.aggregator(), msg, Self::bytes(ctx));
             }
             Mode::Backup | Mode::Analytic => {
+                let grad = Arc::new(grad);
                 if self.mode == Mode::Analytic {
                     for &m in self.now.members.iter().filter(|&&m| m != rank) {
-                        ctx.send(m, SyncMsg::Grad { view, iter, ready, data: grad.clone() }, 0);
+                        ctx.send(m, SyncMsg::Shared { view, iter, ready, data: grad.clone() }, 0);
                     }
                 }
                 self.gathered.entry((view, iter)).or_default().push((rank, ready, grad));
@@ -164,7 +200,7 @@ impl SyncWorker {
         from: usize,
         key: (u64, u64),
         ready: SimTime,
-        data: Vec<f32>,
+        data: Arc<Vec<f32>>,
     ) {
         if key < (self.now.view, self.done) {
             return;
@@ -217,7 +253,8 @@ impl SyncWorker {
         let mut got = self.gathered.remove(&(self.now.view, self.done)).unwrap_or_default();
         got.sort_by_key(|g| g.0);
         let p = got.len();
-        self.finish(ctx, sum_in_order(got.into_iter().map(|g| g.2)), p);
+        let sum = self.sums.lock().unwrap_or_else(|e| e.into_inner()).sum(got);
+        self.finish(ctx, sum, p);
     }
 
     /// Applies the average of `contributors` gradients, records the iteration, sends the new
@@ -263,11 +300,45 @@ impl SyncWorker {
     }
 }
 
-/// Sums vectors in the given order (empty vectors stay empty: timing-only workloads).
-fn sum_in_order(mut vs: impl Iterator<Item = Vec<f32>>) -> Vec<f32> {
-    let mut acc = vs.next().unwrap_or_default();
+/// Sums vectors in the given order (empty vectors stay empty: timing-only workloads); the first
+/// is summed into in place when nothing else holds it.
+fn sum_in_order(mut vs: impl Iterator<Item = Arc<Vec<f32>>>) -> Vec<f32> {
+    let mut acc = vs.next().map(Arc::unwrap_or_clone).unwrap_or_default();
     for v in vs {
-        acc.iter_mut().zip(&v).for_each(|(a, b)| *a += b);
+        acc.iter_mut().zip(v.iter()).for_each(|(a, b)| *a += b);
     }
     acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contributions(values: &[Vec<f32>]) -> Vec<Contribution> {
+        values.iter().enumerate().map(|(r, v)| (r, SimTime::ZERO, Arc::new(v.clone()))).collect()
+    }
+
+    #[test]
+    fn the_analytic_sum_is_computed_once_for_the_same_vectors_and_again_for_others() {
+        let mut sums = AnalyticSums::default();
+        let got = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 8.0]]);
+        let first = sums.sum(got.clone());
+        assert_eq!(first, vec![5.5, 10.25]);
+        // Every member asks with the same shared vectors: the cached sum, no new entry.
+        for _ in 0..5 {
+            assert_eq!(sums.sum(got.clone()), first);
+        }
+        assert_eq!(sums.entries.len(), 1);
+        // Equal values in other vectors (another iteration) are summed anew, not taken for these.
+        let other = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 9.0]]);
+        assert_eq!(sums.sum(other.clone()), vec![5.5, 11.25]);
+        assert_eq!(sums.entries.len(), 2);
+        // A subset of the vectors (a member that lost one) is another sum.
+        assert_eq!(sums.sum(got[..2].to_vec()), vec![1.5, 2.25]);
+        assert_eq!(sums.entries.len(), AnalyticSums::KEEP);
+        // The cache holds no gradient alive.
+        let weak = Arc::downgrade(&other[2].2);
+        drop(other);
+        assert!(weak.upgrade().is_none());
+    }
 }
