@@ -23,8 +23,11 @@ type Contribution = (usize, SimTime, Arc<Vec<f32>>);
 /// bits.
 #[derive(Debug, Default)]
 pub struct AnalyticSums {
-    entries: VecDeque<(Vec<Weak<Vec<f32>>>, Vec<f32>)>,
+    entries: VecDeque<SumEntry>,
 }
+
+/// A sum and the vectors it was computed from, in order.
+type SumEntry = (Vec<Weak<Vec<f32>>>, Vec<f32>);
 
 impl AnalyticSums {
     /// Sums kept: the current iteration's, and one a member still finishing may ask for.
