@@ -2,9 +2,10 @@
 //!
 //! It turns engine occurrences into handler calls, delivers gradients when the engine says a
 //! computation is done (computed with the parameters fixed when it started and a seed drawn from
-//! the rank's `("data", rank)` stream, on this thread or ahead of time on [`GradientPool`]'s), evaluates the consensus model every `eval.every_s` of
-//! simulated time, applies the stopping rule and folds every evaluated loss and the final
-//! parameters into the engine's digest, so a replay checks the arithmetic too.
+//! the rank's `("data", rank)` stream, on this thread or ahead of time on [`GradientPool`]'s),
+//! evaluates the consensus model every `eval.every_s` of simulated time, applies the stopping
+//! rule and folds every evaluated loss and the final parameters into the engine's digest, so a
+//! replay checks the arithmetic too.
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
 use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};

@@ -299,8 +299,8 @@ impl Protocol for PsWorker {
         if self.versions.iter().all(Option::is_some) {
             self.read = self.versions.iter().map(|v| v.expect("all present")).collect();
             self.gen += 1; // cancel the re-send timer
-                           // The worker keeps no model between gradients: the parameters go to the job whole.
-            self.job = Some(ctx.start_gradient(std::mem::take(&mut self.params), self.batch));
+            let params = std::mem::take(&mut self.params); // the worker keeps no model between gradients
+            self.job = Some(ctx.start_gradient(params, self.batch));
         }
     }
 
