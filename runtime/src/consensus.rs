@@ -62,8 +62,7 @@ pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Co
         replicas.push(replica);
     }
     let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
-    let mean: Option<Vec<f64>> = (!live.is_empty())
-        .then(|| (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect());
+    let mean: Option<Vec<f64>> = (!live.is_empty()).then(|| mean_of(&live, dim));
     let distance = mean.as_ref().map_or(0.0, |mean| {
         live.iter().map(|v| v.iter().zip(mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum::<f64>()
             / live.len() as f64
@@ -74,6 +73,22 @@ pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Co
         mean.map(|m| m.iter().map(|&x| x as f32).collect())
     };
     Consensus { model, distance, replicas }
+}
+
+/// The element-wise mean of `live` (non-empty, each of `dim`), each element summed over the
+/// replicas in order in f64: the bits of `live.iter().map(|v| v[i] as f64).sum::<f64>() / n`,
+/// computed replica by replica, so that each replica is read once in order instead of every
+/// replica being read an element at a time.
+fn mean_of(live: &[&Vec<f32>], dim: usize) -> Vec<f64> {
+    // `Sum for f64` folds from its own neutral element (-0.0 on recent toolchains): start there.
+    let neutral: f64 = std::iter::empty::<f64>().sum();
+    let mut acc = vec![neutral; dim];
+    for v in live {
+        acc.iter_mut().zip(v.iter()).for_each(|(a, &x)| *a += x as f64);
+    }
+    let n = live.len() as f64;
+    acc.iter_mut().for_each(|a| *a /= n);
+    acc
 }
 
 #[cfg(test)]
@@ -91,6 +106,27 @@ mod tests {
         assert_eq!(c.model, Some(vec![2.0, 4.0]));
         assert_eq!(c.distance, (1.0 + 4.0 + 1.0 + 4.0) / 2.0);
         assert_eq!(c.replicas[1], None);
+    }
+
+    #[test]
+    fn the_mean_has_the_bits_of_a_sum_per_element_in_replica_order() {
+        // Values whose f64 sums depend on the order, signed zeros, and a negative-zero column.
+        let vs: Vec<Vec<f32>> = (0..7)
+            .map(|r| {
+                (0..50)
+                    .map(|i| match i % 5 {
+                        0 => -0.0,
+                        1 => 0.0,
+                        _ => ((r * 31 + i * 17) as f32).sin() * 10f32.powi((r as i32 % 9) - 4),
+                    })
+                    .collect()
+            })
+            .collect();
+        let live: Vec<&Vec<f32>> = vs.iter().collect();
+        let by_element: Vec<u64> =
+            (0..50).map(|i| (live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).to_bits()).collect();
+        let fast: Vec<u64> = mean_of(&live, 50).iter().map(|x| x.to_bits()).collect();
+        assert_eq!(fast, by_element);
     }
 
     #[test]
