@@ -117,7 +117,7 @@ mod tests {
                     .map(|i| match i % 5 {
                         0 => -0.0,
                         1 => 0.0,
-                        _ => ((r * 31 + i * 17) as f32).sin() * 10f32.powi((r as i32 % 9) - 4),
+                        _ => ((r * 31 + i * 17) as f32).sin() * 10f32.powi((r % 9) - 4),
                     })
                     .collect()
             })
