@@ -292,11 +292,8 @@ impl<P: Protocol> SimExecutor<P> {
     fn evaluate(&mut self, per_node: bool) -> (Sample, Option<Vec<f32>>) {
         let c = self.consensus();
         let eval = c.evaluate(&*self.workload);
-        let node_losses = if per_node && !self.workload.timing_only() {
-            c.replicas.iter().map(|r| r.as_ref().map(|p| self.workload.evaluate(p).loss)).collect()
-        } else {
-            Vec::new()
-        };
+        let node_losses =
+            if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { Vec::new() };
         self.sim.absorb(eval.as_ref().map_or(NO_MODEL, |e| e.loss.to_bits()));
         self.sim.absorb(c.distance.to_bits());
         let sample = Sample {
@@ -309,6 +306,24 @@ impl<P: Protocol> SimExecutor<P> {
             live: (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count(),
         };
         (sample, c.model)
+    }
+
+    /// Each replica's loss, in rank order: on the gradient threads' count of threads for
+    /// workloads whose gradients use them (an evaluation is a pure function of the parameters,
+    /// so the losses are the same bits on any thread).
+    fn node_losses(&self, replicas: &[Option<Vec<f32>>]) -> Vec<Option<f64>> {
+        let workload = &*self.workload;
+        let losses = |chunk: &[Option<Vec<f32>>]| -> Vec<Option<f64>> {
+            chunk.iter().map(|r| r.as_ref().map(|p| workload.evaluate(p).loss)).collect()
+        };
+        if self.threads < 2 || !workload.parallel_gradients() || replicas.len() < 2 {
+            return losses(replicas);
+        }
+        let per = replicas.len().div_ceil(self.threads);
+        std::thread::scope(|s| {
+            let parts: Vec<_> = replicas.chunks(per).map(|chunk| s.spawn(move || losses(chunk))).collect();
+            parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        })
     }
 
     fn switch(&mut self, rank: usize, now: SimTime, to: State) {
