@@ -150,9 +150,8 @@ impl GradientPool {
     /// begun.
     pub fn take(&self, task: &Task) -> GradientOutput {
         if task.claim() {
-            let out = task.input.compute(&*self.workload);
-            *task.state() = State::Dropped;
-            return out;
+            // Claimed (running), a background thread that reaches it later passes it by.
+            return task.input.compute(&*self.workload);
         }
         let mut s = task.state();
         loop {
