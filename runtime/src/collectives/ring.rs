@@ -42,3 +42,29 @@ pub fn step_over(p: usize, me: usize, k: usize, at: impl Fn(usize) -> Range<usiz
         Step { round: k as u32, send: Some((next, chunk(s, 0))), recv: Some((prev, chunk(s, 1), Op::Copy)) }
     }
 }
+
+/// What every member of a ring holds at the end, computed in one place from all `p`
+/// contributions (in member order) instead of message by message: the same additions in the
+/// same order, so the same bits as [`super::Run`]s of [`schedule`]s over a nominal vector of
+/// `wire` elements (mapped onto the contributions as `Run` maps them). Chunk `c` starts as member
+/// `c`'s values; member `c + k` (round the ring) adds its own values to the partial sum it
+/// receives; the all-gather only copies. One pass over each contribution, a chunk at a time.
+pub fn result(contributions: &[&[f32]], wire: usize) -> Vec<f32> {
+    let p = contributions.len();
+    let n = contributions.first().map_or(0, |c| c.len());
+    debug_assert!(contributions.iter().all(|c| c.len() == n), "contributions of unequal lengths");
+    let wire = wire.max(1);
+    let at = |x: usize| (x as u128 * n as u128 / wire as u128) as usize;
+    let mut out = vec![0.0f32; n];
+    for c in 0..p {
+        let nominal = chunk(wire, p, c);
+        let r = at(nominal.start)..at(nominal.end);
+        let acc = &mut out[r.clone()];
+        acc.copy_from_slice(&contributions[c][r.clone()]);
+        for k in 1..p {
+            let own = &contributions[(c + k) % p][r.clone()];
+            acc.iter_mut().zip(own).for_each(|(a, g)| *a = g + *a);
+        }
+    }
+    out
+}

@@ -24,6 +24,7 @@
 
 mod membership;
 mod reduce;
+mod shared_ring;
 
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
 use crate::optimizer::{OptimizerConfig, Sgd};
@@ -274,7 +275,7 @@ pub struct SyncWorker {
     probing: Option<membership::Probing>,
     /// The gradient computation in flight, and the gradient once it is ready.
     job: Option<JobId>,
-    grad: Option<Vec<f32>>,
+    grad: Option<Arc<Vec<f32>>>,
     iter_start: SimTime,
     /// Generation of the iteration's and probe's timers: a timer of an older one is void.
     gen: u64,
@@ -298,6 +299,18 @@ pub struct Initial {
     groups: Option<(u64, Arc<Groups>)>,
     /// The analytic modes' sums, computed once for all members.
     sums: Arc<Mutex<reduce::AnalyticSums>>,
+    /// The ring's board, when every member runs in this process ([`Initial::in_one_process`]).
+    ring: Option<Arc<Mutex<shared_ring::SharedRing>>>,
+}
+
+impl Initial {
+    /// Every worker runs in this process (the simulator): a ring all-reduce's messages carry no
+    /// values, and its average is computed once for all members, with the ring's bits (see
+    /// [`shared_ring`]).
+    pub fn in_one_process(mut self) -> Self {
+        self.ring = Some(Default::default());
+        self
+    }
 }
 
 impl SyncWorker {
@@ -315,15 +328,17 @@ impl SyncWorker {
             .collective
             .is_hierarchical()
             .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
-        Initial { now: Membership { members, epoch: 0, view }, groups, sums: Default::default() }
+        Initial { now: Membership { members, epoch: 0, view }, groups, sums: Default::default(), ring: None }
     }
 
     /// A worker of the initial membership from [`SyncWorker::initial`], shared by all workers.
     pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
-        let Initial { now, groups, sums } = initial.clone();
+        let Initial { now, groups, sums, ring } = initial.clone();
+        let mode = Mode::of(&cfg);
+        let ring = ring.filter(|_| mode == Mode::Collective && cfg.collective == CollectiveKind::Ring);
         SyncWorker {
             cfg,
-            mode: Mode::of(&cfg),
+            mode,
             batch,
             opt_cfg: opt,
             params: Vec::new(),
@@ -338,7 +353,7 @@ impl SyncWorker {
             gen: 0,
             watchdog: membership::Watchdog::default(),
             pending_state: None,
-            collective: reduce::CollectiveState::new(groups),
+            collective: reduce::CollectiveState::new(groups, ring),
             gathered: reduce::Gathered::new(),
             sums,
             chunks: Service::new(cfg.message_time_us),
@@ -461,7 +476,7 @@ impl Protocol for SyncWorker {
         if self.stage.awaits_state() {
             return;
         }
-        self.grad = Some(grad);
+        self.grad = Some(Arc::new(grad));
         if self.probing.is_none() {
             self.start_reduce(ctx);
         }

@@ -3,38 +3,39 @@
 //! [`SyncWorker::start_reduce`] and ends in [`SyncWorker::finish`], which applies the average and
 //! begins the next iteration.
 
+use super::shared_ring::SharedRing;
 use super::{Membership, Mode, Stage, SyncMsg, SyncWorker, ANALYTIC_DONE};
 use crate::collectives::{self, CollectiveKind, Groups, Outgoing, Run, Schedule};
 use crate::protocol::{Context, Phase};
 use dsgd_sim::SimTime;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// A gradient received for (view, iteration): sender, when it was ready, values (shared by every
 /// member in the analytic modes).
 type Contribution = (usize, SimTime, Arc<Vec<f32>>);
 
-/// The analytic modes' sums, shared by the workers of one simulated run. Every member of an
+/// The analytic modes' averages, shared by the workers of one simulated run. Every member of an
 /// iteration sums the same gradients (the very same shared vectors) in the same rank order, so
-/// the first member computes the sum and the others copy it: p sums of p gradients an
-/// iteration become one. Only a cache: a sum is found by the identity of the vectors it was
+/// the first member computes the average and the others share it: p sums of p gradients an
+/// iteration become one. Only a cache: an average is found by the identity of the vectors it was
 /// computed from (held weakly, so no gradient is kept alive by it, and no other vector can take
-/// a freed one's address while it is held), and an evicted sum is computed again with the same
+/// a freed one's address while it is held), and an evicted one is computed again with the same
 /// bits.
 #[derive(Debug, Default)]
 pub struct AnalyticSums {
     entries: VecDeque<SumEntry>,
 }
 
-/// A sum and the vectors it was computed from, in order.
-type SumEntry = (Vec<Weak<Vec<f32>>>, Vec<f32>);
+/// An average and the vectors it was computed from, in order.
+type SumEntry = (Vec<Weak<Vec<f32>>>, Arc<Vec<f32>>);
 
 impl AnalyticSums {
-    /// Sums kept: the current iteration's, and one a member still finishing may ask for.
+    /// Averages kept: the current iteration's, and one a member still finishing may ask for.
     const KEEP: usize = 2;
 
-    /// The sum of `got` (in rank order).
-    fn sum(&mut self, got: Vec<Contribution>) -> Vec<f32> {
+    /// The average of `got` (summed in rank order).
+    fn average(&mut self, got: Vec<Contribution>) -> Arc<Vec<f32>> {
         let same = |from: &[Weak<Vec<f32>>]| {
             from.len() == got.len() && from.iter().zip(&got).all(|(w, g)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&g.2)))
         };
@@ -42,12 +43,13 @@ impl AnalyticSums {
             return sum.clone();
         }
         let from = got.iter().map(|g| Arc::downgrade(&g.2)).collect();
-        let sum = sum_in_order(got.into_iter().map(|g| g.2));
+        let p = got.len();
+        let avg = Arc::new(scaled(sum_in_order(got.into_iter().map(|g| g.2)), p));
         if self.entries.len() == Self::KEEP {
             self.entries.pop_front();
         }
-        self.entries.push_back((from, sum.clone()));
-        sum
+        self.entries.push_back((from, avg.clone()));
+        avg
     }
 }
 
@@ -66,22 +68,43 @@ pub(super) struct CollectiveState {
     groups: Option<(u64, Arc<Groups>)>,
     /// The collective's messages of one poll (kept to reuse its allocation).
     outbox: Vec<Outgoing>,
+    /// The ring's board when every member runs in this process (see [`SharedRing`]).
+    shared: Option<Arc<Mutex<SharedRing>>>,
+    /// The iteration (view, iteration) and member index under which this member's gradient is
+    /// on the board, until it takes the average or gives the iteration up.
+    deposited: Option<((u64, u64), usize)>,
 }
 
 impl CollectiveState {
-    pub(super) fn new(groups: Option<(u64, Arc<Groups>)>) -> Self {
-        CollectiveState { run: None, early: BTreeMap::new(), schedule: None, groups, outbox: Vec::new() }
+    pub(super) fn new(groups: Option<(u64, Arc<Groups>)>, shared: Option<Arc<Mutex<SharedRing>>>) -> Self {
+        CollectiveState {
+            run: None,
+            early: BTreeMap::new(),
+            schedule: None,
+            groups,
+            outbox: Vec::new(),
+            shared,
+            deposited: None,
+        }
     }
 
     /// Stops the running collective (a probe or a crash).
     pub(super) fn abandon(&mut self) {
         self.run = None;
+        if let Some((key, me)) = self.deposited.take() {
+            self.board().leave(key, me);
+        }
     }
 
     /// Forgets every round received (a crash).
     pub(super) fn clear(&mut self) {
-        self.run = None;
+        self.abandon();
         self.early.clear();
+    }
+
+    /// The shared ring's board (there is one when a gradient is on it).
+    fn board(&self) -> std::sync::MutexGuard<'_, SharedRing> {
+        self.shared.as_ref().expect("a shared ring").lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drops the rounds of views older than `view` (a membership change).
@@ -116,11 +139,10 @@ impl SyncWorker {
         match self.mode {
             Mode::Collective => self.start_collective(ctx, me, grad),
             Mode::Backup if rank != self.aggregator() => {
-                let msg = SyncMsg::Grad { view, iter, ready, data: grad };
+                let msg = SyncMsg::Grad { view, iter, ready, data: Vec::clone(&grad) };
                 ctx.send(self.aggregator(), msg, Self::bytes(ctx));
             }
             Mode::Backup | Mode::Analytic => {
-                let grad = Arc::new(grad);
                 if self.mode == Mode::Analytic {
                     for &m in self.now.members.iter().filter(|&&m| m != rank) {
                         ctx.send(m, SyncMsg::Shared { view, iter, ready, data: grad.clone() }, 0);
@@ -132,8 +154,9 @@ impl SyncWorker {
         }
     }
 
-    /// Message-level mode: runs this member's schedule, with the rounds that came early.
-    fn start_collective(&mut self, ctx: &mut dyn Context<SyncMsg>, me: usize, grad: Vec<f32>) {
+    /// Message-level mode: runs this member's schedule, with the rounds that came early. A
+    /// shared ring's messages carry no values: the gradient goes on the board instead.
+    fn start_collective(&mut self, ctx: &mut dyn Context<SyncMsg>, me: usize, grad: Arc<Vec<f32>>) {
         let key = (self.now.view, self.done);
         let wire = collectives::wire_params(ctx.workload());
         let steps = match &self.collective.schedule {
@@ -148,7 +171,14 @@ impl SyncWorker {
                 steps
             }
         };
-        let mut run = Run::new(steps, grad, wire);
+        let buf = if self.collective.shared.is_some() {
+            self.collective.board().deposit(key, self.now.members.len(), me, grad);
+            self.collective.deposited = Some((key, me));
+            Vec::new()
+        } else {
+            Vec::clone(&grad)
+        };
+        let mut run = Run::new(steps, buf, wire);
         // Rounds that came early are moved into the run (older views and iterations dropped).
         let early = &mut self.collective.early;
         let later = early.split_off(&(key.0, key.1 + 1, 0));
@@ -191,8 +221,17 @@ impl SyncWorker {
         self.collective.outbox = out;
         if finished {
             let sum = self.collective.run.take().expect("running").into_result();
-            let p = self.now.members.len();
-            self.finish(ctx, sum, p);
+            match self.collective.deposited.take() {
+                Some((key, me)) => {
+                    let wire = collectives::wire_params(ctx.workload());
+                    let avg = self.collective.board().average(key, me, wire);
+                    self.step(ctx, &avg);
+                }
+                None => {
+                    let p = self.now.members.len();
+                    self.finish(ctx, sum, p);
+                }
+            }
         }
     }
 
@@ -255,17 +294,19 @@ impl SyncWorker {
     pub(super) fn analytic_done(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         let mut got = self.gathered.remove(&(self.now.view, self.done)).unwrap_or_default();
         got.sort_by_key(|g| g.0);
-        let p = got.len();
-        let sum = self.sums.lock().unwrap_or_else(|e| e.into_inner()).sum(got);
-        self.finish(ctx, sum, p);
+        let avg = self.sums.lock().unwrap_or_else(|e| e.into_inner()).average(got);
+        self.step(ctx, &avg);
     }
 
-    /// Applies the average of `contributors` gradients, records the iteration, sends the new
-    /// parameters in backup mode, and begins the next iteration.
-    fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, mut sum: Vec<f32>, contributors: usize) {
-        let scale = 1.0 / contributors as f32;
-        sum.iter_mut().for_each(|x| *x *= scale);
-        self.opt.apply(&mut self.params, &sum);
+    /// Applies the average of `contributors` gradients whose sum is `sum` (see [`Self::step`]).
+    fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, sum: Vec<f32>, contributors: usize) {
+        self.step(ctx, &scaled(sum, contributors));
+    }
+
+    /// Applies the average gradient, records the iteration, sends the new parameters in backup
+    /// mode, and begins the next iteration.
+    fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &[f32]) {
+        self.opt.apply(&mut self.params, avg);
         self.done += 1;
         self.invalidate();
         let rank = ctx.rank();
@@ -303,6 +344,13 @@ impl SyncWorker {
     }
 }
 
+/// The average of `contributors` vectors whose sum is `sum`.
+fn scaled(mut sum: Vec<f32>, contributors: usize) -> Vec<f32> {
+    let scale = 1.0 / contributors as f32;
+    sum.iter_mut().for_each(|x| *x *= scale);
+    sum
+}
+
 /// Sums vectors in the given order (empty vectors stay empty: timing-only workloads); the first
 /// is summed into in place when nothing else holds it.
 fn sum_in_order(mut vs: impl Iterator<Item = Arc<Vec<f32>>>) -> Vec<f32> {
@@ -325,19 +373,19 @@ mod tests {
     fn the_analytic_sum_is_computed_once_for_the_same_vectors_and_again_for_others() {
         let mut sums = AnalyticSums::default();
         let got = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 8.0]]);
-        let first = sums.sum(got.clone());
-        assert_eq!(first, vec![5.5, 10.25]);
+        let first = sums.average(got.clone());
+        assert_eq!(*first, scaled(vec![5.5, 10.25], 3));
         // Every member asks with the same shared vectors: the cached sum, no new entry.
         for _ in 0..5 {
-            assert_eq!(sums.sum(got.clone()), first);
+            assert!(Arc::ptr_eq(&sums.average(got.clone()), &first));
         }
         assert_eq!(sums.entries.len(), 1);
         // Equal values in other vectors (another iteration) are summed anew, not taken for these.
         let other = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 9.0]]);
-        assert_eq!(sums.sum(other.clone()), vec![5.5, 11.25]);
+        assert_eq!(*sums.average(other.clone()), scaled(vec![5.5, 11.25], 3));
         assert_eq!(sums.entries.len(), 2);
         // A subset of the vectors (a member that lost one) is another sum.
-        assert_eq!(sums.sum(got[..2].to_vec()), vec![1.5, 2.25]);
+        assert_eq!(*sums.average(got[..2].to_vec()), vec![0.75, 1.125]);
         assert_eq!(sums.entries.len(), AnalyticSums::KEEP);
         // The cache holds no gradient alive.
         let weak = Arc::downgrade(&other[2].2);
