@@ -63,7 +63,7 @@ pub fn result(contributions: &[&[f32]], wire: usize) -> Vec<f32> {
         acc.copy_from_slice(&contributions[c][r.clone()]);
         for k in 1..p {
             let own = &contributions[(c + k) % p][r.clone()];
-            acc.iter_mut().zip(own).for_each(|(a, g)| *a = g + *a);
+            acc.iter_mut().zip(own).for_each(|(a, g)| *a += g);
         }
     }
     out
