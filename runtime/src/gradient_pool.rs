@@ -22,7 +22,7 @@ pub struct GradientInput {
     /// The worker computing it.
     pub node: usize,
     /// The parameters, fixed when the job started.
-    pub params: Vec<f32>,
+    pub params: Arc<Vec<f32>>,
     /// Minibatch size.
     pub batch: usize,
     /// Seed of the job's random choices.
@@ -214,8 +214,12 @@ mod tests {
     #[test]
     fn pooled_results_are_the_inline_results_whoever_computes_them() {
         let w: Arc<dyn Workload> = Arc::new(Quadratic::new(64, 1.0, 0.1, 0.5, 3.0));
-        let inputs =
-            |k: u64| GradientInput { node: k as usize % 5, params: vec![0.5 + k as f32; 64], batch: 8, seed: k };
+        let inputs = |k: u64| GradientInput {
+            node: k as usize % 5,
+            params: Arc::new(vec![0.5 + k as f32; 64]),
+            batch: 8,
+            seed: k,
+        };
         let inline: Vec<GradientOutput> = (0..200).map(|k| inputs(k).compute(&*w)).collect();
         for threads in [1, 2, 4] {
             let pool = GradientPool::new(w.clone(), threads);
@@ -255,7 +259,7 @@ mod tests {
     fn a_panic_on_a_background_thread_reaches_the_taker_instead_of_hanging_it() {
         let pool = GradientPool::new(Arc::new(Faulty), 2);
         let tasks: Vec<Arc<Task>> = (0..6)
-            .map(|k| pool.submit(k, k, GradientInput { node: 0, params: vec![0.0], batch: 1, seed: k }))
+            .map(|k| pool.submit(k, k, GradientInput { node: 0, params: Arc::new(vec![0.0]), batch: 1, seed: k }))
             .collect();
         // Let the threads reach the failing job before it is taken.
         while tasks.iter().any(|t| matches!(*t.state(), State::Queued)) {

@@ -8,6 +8,7 @@
 
 use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Learning-rate schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,12 +85,13 @@ impl OptimizerConfig {
     }
 }
 
-/// One optimizer instance (its velocity and step count).
+/// One optimizer instance (its velocity and step count). The velocity is shared, copied on
+/// write, so that replicas known to be identical can hold one (see the sync workers).
 #[derive(Clone, Debug)]
 pub struct Sgd {
     cfg: OptimizerConfig,
     scale: f64,
-    velocity: Vec<f32>,
+    velocity: Arc<Vec<f32>>,
     steps: u64,
 }
 
@@ -98,7 +100,7 @@ impl Sgd {
     pub fn new(cfg: OptimizerConfig, dim: usize, workers: usize) -> Self {
         let scale = if cfg.scale_with_workers { workers as f64 } else { 1.0 };
         let velocity = if cfg.momentum > 0.0 { vec![0.0; dim] } else { Vec::new() };
-        Sgd { cfg, scale, velocity, steps: 0 }
+        Sgd { cfg, scale, velocity: Arc::new(velocity), steps: 0 }
     }
     /// Steps applied so far.
     pub fn steps(&self) -> u64 {
@@ -123,7 +125,7 @@ impl Sgd {
                 *x -= lr * (g + wd * *x);
             }
         } else {
-            for ((x, g), v) in params.iter_mut().zip(grad).zip(self.velocity.iter_mut()) {
+            for ((x, g), v) in params.iter_mut().zip(grad).zip(Arc::make_mut(&mut self.velocity).iter_mut()) {
                 let g = g + wd * *x;
                 *v = mu * *v + g;
                 let step = if self.cfg.nesterov { g + mu * *v } else { *v };
@@ -136,10 +138,21 @@ impl Sgd {
     pub fn velocity(&self) -> &[f32] {
         &self.velocity
     }
+    /// The velocity as it is held (shared with identical replicas).
+    pub fn shared_velocity(&self) -> &Arc<Vec<f32>> {
+        &self.velocity
+    }
     /// Adopts another replica's state (velocity and step count).
     pub fn adopt(&mut self, velocity: &[f32], steps: u64) {
         if !self.velocity.is_empty() && velocity.len() == self.velocity.len() {
-            self.velocity.copy_from_slice(velocity);
+            Arc::make_mut(&mut self.velocity).copy_from_slice(velocity);
+        }
+        self.steps = steps;
+    }
+    /// Adopts an identical replica's state, sharing its velocity (of this optimizer's length).
+    pub fn adopt_shared(&mut self, velocity: Arc<Vec<f32>>, steps: u64) {
+        if velocity.len() == self.velocity.len() {
+            self.velocity = velocity;
         }
         self.steps = steps;
     }

@@ -7,6 +7,7 @@
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Handle of a gradient computation started with [`Context::start_gradient`].
 pub type JobId = dsgd_sim::JobId;
@@ -73,9 +74,10 @@ pub trait Context<M>: Report {
     /// Sets a timer that calls `on_timer(tag)` after `after`. Timers are not cancelled: a
     /// protocol tells a stale timer by its tag (a generation number in its upper bits).
     fn set_timer(&mut self, after: SimDuration, tag: u64);
-    /// Starts computing a gradient of a `batch`-sample minibatch at `params`; `on_gradient`
-    /// follows. Jobs on one node run one after another.
-    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId;
+    /// Starts computing a gradient of a `batch`-sample minibatch at `params` (shared, so that a
+    /// protocol that keeps its parameters need not copy them); `on_gradient` follows. Jobs on one
+    /// node run one after another.
+    fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId;
     /// The workload (parameter count, initial parameters, message sizes).
     fn workload(&self) -> &dyn Workload;
     /// A random number from this rank's own stream (`("protocol", rank)` in the simulator).

@@ -184,7 +184,7 @@ impl<M> Context<M> for Ctx<'_, M> {
     fn set_timer(&mut self, after: SimDuration, tag: u64) {
         self.sim.set_timer(self.rank, after, tag).expect("a live node sets timers");
     }
-    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
+    fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId {
         let seed = self.data_rng.next_u64();
         let input = GradientInput { node: self.rank, params, batch, seed };
         let mut result = None;

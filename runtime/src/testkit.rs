@@ -103,10 +103,10 @@ impl<M> Context<M> for Recorder<M> {
         let id = TimerId(self.next_id);
         self.timers.push(SetTimer { at: self.now + after, tag, id });
     }
-    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
+    fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId {
         self.next_id += 1;
         let job = dsgd_sim::JobId(self.next_id);
-        self.gradients.push((job, params, batch));
+        self.gradients.push((job, Arc::unwrap_or_clone(params), batch));
         job
     }
     fn workload(&self) -> &dyn Workload {

@@ -142,7 +142,7 @@ struct Report {
 struct GradJob {
     job: u64,
     inc: u64,
-    params: Vec<f32>,
+    params: Arc<Vec<f32>>,
     batch: usize,
     seed: u64,
     at_least: Duration,
@@ -223,7 +223,7 @@ impl<M: Serialize> Context<M> for RealCtx<'_, M> {
         *self.next_timer += 1;
         self.timers.insert(((self.now() + after).as_nanos(), id), tag);
     }
-    fn start_gradient(&mut self, params: Vec<f32>, batch: usize) -> JobId {
+    fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId {
         let job = *self.next_job;
         *self.next_job += 1;
         let seed = self.data_rng.next_u64();

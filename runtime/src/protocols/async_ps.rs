@@ -26,6 +26,7 @@ use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Configuration of parameter-server SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -300,7 +301,7 @@ impl Protocol for PsWorker {
             self.read = self.versions.iter().map(|v| v.expect("all present")).collect();
             self.gen += 1; // cancel the re-send timer
             let params = std::mem::take(&mut self.params); // the worker keeps no model between gradients
-            self.job = Some(ctx.start_gradient(params, self.batch));
+            self.job = Some(ctx.start_gradient(Arc::new(params), self.batch));
         }
     }
 

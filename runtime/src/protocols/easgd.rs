@@ -14,6 +14,7 @@ use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::protocols::service::Service;
 use dsgd_sim::SimDuration;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Configuration of EASGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,7 +108,7 @@ impl EasgdWorker {
     }
 
     fn compute(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        self.job = Some(ctx.start_gradient(self.x.clone(), self.batch));
+        self.job = Some(ctx.start_gradient(Arc::new(self.x.clone()), self.batch));
     }
 
     fn wait_for_centre(&mut self, ctx: &mut dyn Context<EasgdMsg>, msg: EasgdMsg, bytes: u64) {

@@ -28,6 +28,7 @@ use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Pull or push gossip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,7 +225,7 @@ impl GossipNode {
         } else {
             self.x.clone()
         };
-        self.job = Some(ctx.start_gradient(params, self.batch));
+        self.job = Some(ctx.start_gradient(Arc::new(params), self.batch));
     }
 
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {

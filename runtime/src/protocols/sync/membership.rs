@@ -151,11 +151,16 @@ impl SyncWorker {
     /// The donor sends its parameters and optimizer state to every other responder.
     fn hand_state(&mut self, ctx: &mut dyn Context<SyncMsg>, p: &Probing) {
         let rank = ctx.rank();
+        // The members that adopt this state share the donor's vectors (see `shared_replicas`).
+        let params = self.replicas().share(self.params.clone());
+        self.params = params;
+        let velocity = self.replicas().share(self.opt.shared_velocity().clone());
+        self.opt.adopt_shared(velocity, self.opt.steps());
         for (&m, _) in p.responders.iter().filter(|(&m, _)| m != rank) {
             let msg = SyncMsg::State(Box::new(StateMsg {
                 epoch: self.now.epoch,
                 done: self.done,
-                params: self.params.clone(),
+                params: Vec::clone(&self.params),
                 velocity: self.opt.velocity().to_vec(),
                 steps: self.opt.steps(),
             }));
@@ -184,7 +189,8 @@ impl SyncWorker {
         if epoch < self.now.epoch || !self.stage.awaits_state() {
             return;
         }
-        self.opt.adopt(&velocity, steps);
+        let velocity = self.share(velocity);
+        self.opt.adopt_shared(velocity, steps);
         self.adopt(ctx, params, done);
     }
 }

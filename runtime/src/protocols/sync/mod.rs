@@ -24,6 +24,7 @@
 
 mod membership;
 mod reduce;
+mod shared_replicas;
 mod shared_ring;
 
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
@@ -265,7 +266,8 @@ pub struct SyncWorker {
     mode: Mode,
     batch: usize,
     opt_cfg: OptimizerConfig,
-    params: Vec<f32>,
+    /// The replica's parameters, shared with the members whose replicas are identical.
+    params: Arc<Vec<f32>>,
     opt: Sgd,
     now: Membership,
     /// Completed iterations.
@@ -288,6 +290,8 @@ pub struct SyncWorker {
     gathered: reduce::Gathered,
     /// The analytic modes' sums, shared by the workers of a simulated run.
     sums: Arc<Mutex<reduce::AnalyticSums>>,
+    /// Identical replicas' vectors and updates, shared by the workers of a run.
+    replicas: Arc<Mutex<shared_replicas::SharedReplicas>>,
     /// Chunks waiting to be handled (when `message_time_us > 0`).
     chunks: Service<SyncMsg>,
 }
@@ -301,6 +305,8 @@ pub struct Initial {
     sums: Arc<Mutex<reduce::AnalyticSums>>,
     /// The ring's board, when every member runs in this process ([`Initial::in_one_process`]).
     ring: Option<Arc<Mutex<shared_ring::SharedRing>>>,
+    /// Identical replicas, held once.
+    replicas: Arc<Mutex<shared_replicas::SharedReplicas>>,
 }
 
 impl Initial {
@@ -328,12 +334,18 @@ impl SyncWorker {
             .collective
             .is_hierarchical()
             .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
-        Initial { now: Membership { members, epoch: 0, view }, groups, sums: Default::default(), ring: None }
+        Initial {
+            now: Membership { members, epoch: 0, view },
+            groups,
+            sums: Default::default(),
+            ring: None,
+            replicas: Default::default(),
+        }
     }
 
     /// A worker of the initial membership from [`SyncWorker::initial`], shared by all workers.
     pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
-        let Initial { now, groups, sums, ring } = initial.clone();
+        let Initial { now, groups, sums, ring, replicas } = initial.clone();
         let mode = Mode::of(&cfg);
         let ring = ring.filter(|_| mode == Mode::Collective && cfg.collective == CollectiveKind::Ring);
         SyncWorker {
@@ -341,7 +353,7 @@ impl SyncWorker {
             mode,
             batch,
             opt_cfg: opt,
-            params: Vec::new(),
+            params: Default::default(),
             opt: Sgd::new(opt, 0, now.members.len()),
             now,
             done: 0,
@@ -356,6 +368,7 @@ impl SyncWorker {
             collective: reduce::CollectiveState::new(groups, ring),
             gathered: reduce::Gathered::new(),
             sums,
+            replicas,
             chunks: Service::new(cfg.message_time_us),
         }
     }
@@ -397,6 +410,14 @@ impl SyncWorker {
     fn me(&self, rank: usize) -> Option<usize> {
         self.now.members.iter().position(|&m| m == rank)
     }
+    /// The identical replicas' board.
+    fn replicas(&self) -> std::sync::MutexGuard<'_, shared_replicas::SharedReplicas> {
+        self.replicas.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// `v`, or a vector with its bits that another member already holds.
+    fn share(&self, v: Vec<f32>) -> Arc<Vec<f32>> {
+        self.replicas().share(Arc::new(v))
+    }
 
     /// Starts computing the gradient of iteration `done` at the current parameters.
     fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
@@ -409,7 +430,7 @@ impl SyncWorker {
     /// Adopts new parameters (from the backup aggregator or a donor) with `done` iterations, and
     /// starts the next one.
     fn adopt(&mut self, ctx: &mut dyn Context<SyncMsg>, params: Vec<f32>, done: u64) {
-        self.params = params;
+        self.params = self.share(params);
         self.done = done;
         self.invalidate();
         self.begin_iteration(ctx);
@@ -420,8 +441,10 @@ impl Protocol for SyncWorker {
     type Msg = SyncMsg;
 
     fn on_start(&mut self, ctx: &mut dyn Context<SyncMsg>) {
-        self.params = ctx.workload().init();
+        self.params = self.share(ctx.workload().init());
         self.opt = Sgd::new(self.opt_cfg, self.params.len(), ctx.ranks());
+        let velocity = self.replicas().share(self.opt.shared_velocity().clone());
+        self.opt.adopt_shared(velocity, 0);
         ctx.set_timer(self.timeout(), HELLO);
         if self.stage == Stage::Crashed {
             self.stage = Stage::Joining { asked: 1 };

@@ -300,13 +300,15 @@ impl SyncWorker {
 
     /// Applies the average of `contributors` gradients whose sum is `sum` (see [`Self::step`]).
     fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, sum: Vec<f32>, contributors: usize) {
-        self.step(ctx, &scaled(sum, contributors));
+        self.step(ctx, &Arc::new(scaled(sum, contributors)));
     }
 
     /// Applies the average gradient, records the iteration, sends the new parameters in backup
     /// mode, and begins the next iteration.
-    fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &[f32]) {
-        self.opt.apply(&mut self.params, avg);
+    fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &Arc<Vec<f32>>) {
+        let mut replicas = self.replicas.lock().unwrap_or_else(|e| e.into_inner());
+        replicas.step(&mut self.params, &mut self.opt, avg);
+        drop(replicas);
         self.done += 1;
         self.invalidate();
         let rank = ctx.rank();
@@ -316,7 +318,7 @@ impl SyncWorker {
         }
         if self.mode == Mode::Backup && rank == self.aggregator() {
             for &m in self.now.members.iter().filter(|&&m| m != rank) {
-                let msg = SyncMsg::Params { view: self.now.view, iter: self.done, params: self.params.clone() };
+                let msg = SyncMsg::Params { view: self.now.view, iter: self.done, params: Vec::clone(&self.params) };
                 ctx.send(m, msg, Self::bytes(ctx));
             }
         }
