@@ -16,6 +16,19 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+/// Threads for the simulator's parallel work (gradients computed ahead of time by the
+/// [`GradientPool`], for workloads that ask for it; the in-process ring's sums): `$DSGD_THREADS`,
+/// else the machine's cores; 1 does everything on the simulator's thread. The work is made of
+/// pure functions of their inputs, so the thread count changes the wall time only, never a
+/// result.
+pub fn threads() -> usize {
+    std::env::var("DSGD_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
 /// What one gradient job computes from.
 #[derive(Debug)]
 pub struct GradientInput {

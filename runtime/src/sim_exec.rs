@@ -40,18 +40,6 @@ impl Job {
     }
 }
 
-/// Background threads computing gradients ahead of time ([`GradientPool`], for workloads that
-/// ask for it): `$DSGD_THREADS`, else the machine's cores; 1 computes every gradient on the
-/// simulator's thread when it is due. Gradient jobs are pure functions of their parameters and
-/// seed, so the thread count changes the wall time only, never a result.
-fn gradient_threads() -> usize {
-    std::env::var("DSGD_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1)
-}
-
 /// Stops a run that is interrupted (Ctrl-C, checked every 4,096 events) or whose time cannot
 /// advance ([`dsgd_sim::STALL_EVENTS`] events at one instant).
 #[derive(Default)]
@@ -241,7 +229,7 @@ impl<P: Protocol> SimExecutor<P> {
             data_rngs,
             proto_rngs,
             metrics: Metrics::default(),
-            threads: gradient_threads(),
+            threads: crate::gradient_pool::threads(),
             pool: None,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })

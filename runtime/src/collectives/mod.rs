@@ -424,9 +424,17 @@ mod tests {
     fn the_ring_computed_in_one_place_has_the_bits_of_the_ring_run_message_by_message() {
         use rand::Rng;
         let mut rng = dsgd_sim::rng::Streams::new(7).stream("ring test", 0);
-        for (p, dim, wire) in
-            [(1, 9, 9), (2, 7, 7), (3, 10, 10), (5, 37, 37), (8, 1000, 1000), (13, 101, 11_689_512), (7, 3, 1000)]
-        {
+        for (p, dim, wire) in [
+            (1, 9, 9),
+            (2, 7, 7),
+            (3, 10, 10),
+            (5, 37, 37),
+            (8, 1000, 1000),
+            (13, 101, 11_689_512),
+            (7, 3, 1000),
+            (4, 70_001, 70_001),
+            (9, 30_000, 11_689_512),
+        ] {
             // Values whose sums round, so that another order of additions would show.
             let inputs: Vec<Vec<f32>> = (0..p)
                 .map(|_| (0..dim).map(|_| rng.random_range(-1.0f32..1.0) * 1e3f32.powf(rng.random())).collect())
@@ -447,7 +455,14 @@ mod tests {
                 }
             }
             let refs: Vec<&[f32]> = inputs.iter().map(|v| &v[..]).collect();
-            let direct = ring::result(&refs, wire);
+            let direct = ring::result(&refs, wire, 1);
+            for threads in [2, 3, 8] {
+                let parts = ring::result(&refs, wire, threads);
+                assert!(
+                    parts.iter().zip(&direct).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "p={p} dim={dim}: {threads} parts"
+                );
+            }
             for run in runs {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&run.into_result()), bits(&direct), "p={p} dim={dim} wire={wire}");

@@ -48,23 +48,49 @@ pub fn step_over(p: usize, me: usize, k: usize, at: impl Fn(usize) -> Range<usiz
 /// same order, so the same bits as [`super::Run`]s of [`schedule`]s over a nominal vector of
 /// `wire` elements (mapped onto the contributions as `Run` maps them). Chunk `c` starts as member
 /// `c`'s values; member `c + k` (round the ring) adds its own values to the partial sum it
-/// receives; the all-gather only copies. One pass over each contribution, a chunk at a time.
-pub fn result(contributions: &[&[f32]], wire: usize) -> Vec<f32> {
-    let p = contributions.len();
+/// receives; the all-gather only copies. Every element is summed on its own, so the vector is
+/// cut into `threads` parts summed side by side: the bits do not depend on `threads`.
+pub fn result(contributions: &[&[f32]], wire: usize, threads: usize) -> Vec<f32> {
     let n = contributions.first().map_or(0, |c| c.len());
     debug_assert!(contributions.iter().all(|c| c.len() == n), "contributions of unequal lengths");
+    let mut out = vec![0.0f32; n];
+    // A part is worth a thread when it is a few hundred kilobytes of additions.
+    let threads = threads.clamp(1, (n * contributions.len() / (1 << 16)).max(1));
+    std::thread::scope(|s| {
+        let mut rest = &mut out[..];
+        let mut start = 0;
+        for t in 0..threads {
+            let end = n * (t + 1) / threads;
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+            rest = tail;
+            if t + 1 == threads {
+                sum_part(contributions, wire, start, part);
+            } else {
+                s.spawn(move || sum_part(contributions, wire, start, part));
+            }
+            start = end;
+        }
+    });
+    out
+}
+
+/// Elements `from..from + out.len()` of [`result`], chunk by chunk.
+fn sum_part(contributions: &[&[f32]], wire: usize, from: usize, out: &mut [f32]) {
+    let (p, n) = (contributions.len(), contributions.first().map_or(0, |c| c.len()));
     let wire = wire.max(1);
     let at = |x: usize| (x as u128 * n as u128 / wire as u128) as usize;
-    let mut out = vec![0.0f32; n];
+    let to = from + out.len();
     for c in 0..p {
         let nominal = chunk(wire, p, c);
-        let r = at(nominal.start)..at(nominal.end);
-        let acc = &mut out[r.clone()];
+        let r = at(nominal.start).max(from)..at(nominal.end).min(to);
+        if r.is_empty() {
+            continue;
+        }
+        let acc = &mut out[r.start - from..r.end - from];
         acc.copy_from_slice(&contributions[c][r.clone()]);
         for k in 1..p {
             let own = &contributions[(c + k) % p][r.clone()];
             acc.iter_mut().zip(own).for_each(|(a, g)| *a += g);
         }
     }
-    out
 }

@@ -314,7 +314,7 @@ impl Initial {
     /// values, and its average is computed once for all members, with the ring's bits (see
     /// [`shared_ring`]).
     pub fn in_one_process(mut self) -> Self {
-        self.ring = Some(Default::default());
+        self.ring = Some(Arc::new(Mutex::new(shared_ring::SharedRing::new(crate::gradient_pool::threads()))));
         self
     }
 }

@@ -18,9 +18,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The gradients and averages of the iterations in progress, by (view, iteration).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SharedRing {
     entries: BTreeMap<(u64, u64), Entry>,
+    /// Threads summing an average (see [`ring::result`]; the result does not depend on them).
+    threads: usize,
 }
 
 #[derive(Debug)]
@@ -34,6 +36,11 @@ struct Entry {
 }
 
 impl SharedRing {
+    /// An empty board whose averages are summed on `threads` threads.
+    pub fn new(threads: usize) -> Self {
+        SharedRing { entries: BTreeMap::new(), threads }
+    }
+
     /// Member `me` of `p` leaves its gradient for iteration `key`.
     pub fn deposit(&mut self, key: (u64, u64), p: usize, me: usize, grad: Arc<Vec<f32>>) {
         let e = self.entries.entry(key).or_insert_with(|| Entry {
@@ -58,7 +65,7 @@ impl SharedRing {
                     .iter()
                     .map(|g| &g.as_ref().expect("a finished ring has every member's gradient")[..])
                     .collect();
-                let mut avg = ring::result(&grads, wire);
+                let mut avg = ring::result(&grads, wire, self.threads);
                 let scale = 1.0 / grads.len() as f32;
                 avg.iter_mut().for_each(|x| *x *= scale);
                 Arc::new(avg)
@@ -99,12 +106,12 @@ mod tests {
     fn the_average_is_the_rings_computed_once_and_the_board_empties_as_members_finish() {
         let grads: Vec<Arc<Vec<f32>>> =
             (0..4).map(|m| Arc::new((0..10).map(|i| (m * 10 + i) as f32 * 0.37 + 0.1).collect())).collect();
-        let mut board = SharedRing::default();
+        let mut board = SharedRing::new(2);
         for (m, g) in grads.iter().enumerate() {
             board.deposit((5, 9), 4, m, g.clone());
         }
         let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
-        let expect: Vec<f32> = ring::result(&refs, 10).iter().map(|x| x * 0.25).collect();
+        let expect: Vec<f32> = ring::result(&refs, 10, 1).iter().map(|x| x * 0.25).collect();
         let first = board.average((5, 9), 2, 10);
         assert_eq!(*first, expect);
         // A member that gave up still lets the others finish; the last one empties the board.
