@@ -60,7 +60,10 @@ impl GradientInput {
 }
 
 enum State {
-    Queued,
+    /// Not begun: the input is held until a thread claims it, and dropped once computed, so
+    /// that a protocol that shares its parameters with the job may write them again without a
+    /// copy.
+    Queued(GradientInput),
     Running,
     Done(GradientOutput),
     /// The computation panicked on a background thread; the panic is resumed where the result
@@ -71,7 +74,8 @@ enum State {
 
 /// A submitted job.
 pub struct Task {
-    input: GradientInput,
+    /// The worker computing it.
+    node: usize,
     state: Mutex<State>,
     finished: Condvar,
 }
@@ -81,14 +85,17 @@ impl Task {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Claims a queued job for the calling thread; false if another has it or it was dropped.
-    fn claim(&self) -> bool {
+    /// Claims a queued job for the calling thread, with its input; none if another has it or
+    /// it was dropped.
+    fn claim(&self) -> Option<GradientInput> {
         let mut s = self.state();
-        let queued = matches!(*s, State::Queued);
-        if queued {
-            *s = State::Running;
+        if !matches!(*s, State::Queued(_)) {
+            return None;
         }
-        queued
+        match std::mem::replace(&mut *s, State::Running) {
+            State::Queued(input) => Some(input),
+            _ => unreachable!("checked above"),
+        }
     }
 
     fn finish(&self, out: std::thread::Result<GradientOutput>) {
@@ -102,9 +109,9 @@ impl Task {
         self.finished.notify_all();
     }
 
-    /// The job's input.
-    pub fn input(&self) -> &GradientInput {
-        &self.input
+    /// The worker computing it.
+    pub fn node(&self) -> usize {
+        self.node
     }
 }
 
@@ -153,7 +160,8 @@ impl GradientPool {
 
     /// Submits a job that completes at simulated time `due_ns` (engine job number `job`).
     pub fn submit(&self, due_ns: u64, job: u64, input: GradientInput) -> Arc<Task> {
-        let task = Arc::new(Task { input, state: Mutex::new(State::Queued), finished: Condvar::new() });
+        let task =
+            Arc::new(Task { node: input.node, state: Mutex::new(State::Queued(input)), finished: Condvar::new() });
         self.shared.queue().waiting.insert((due_ns, job), task.clone());
         self.shared.work.notify_one();
         task
@@ -162,9 +170,9 @@ impl GradientPool {
     /// The job's result: taken if computed, waited for if being computed, computed here if not
     /// begun.
     pub fn take(&self, task: &Task) -> GradientOutput {
-        if task.claim() {
+        if let Some(input) = task.claim() {
             // Claimed (running), a background thread that reaches it later passes it by.
-            return task.input.compute(&*self.workload);
+            return input.compute(&*self.workload);
         }
         let mut s = task.state();
         loop {
@@ -175,7 +183,7 @@ impl GradientPool {
                     *s = State::Running;
                     s = task.finished.wait(s).unwrap_or_else(|e| e.into_inner());
                 }
-                State::Queued | State::Dropped => unreachable!("a job is taken once, after it was claimed"),
+                State::Queued(_) | State::Dropped => unreachable!("a job is taken once, after it was claimed"),
             }
         }
     }
@@ -202,8 +210,9 @@ fn serve(shared: &Shared, workload: &dyn Workload) {
                 q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        if task.claim() {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.input.compute(workload)));
+        if let Some(input) = task.claim() {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| input.compute(workload)));
+            drop(input);
             task.finish(out);
         }
     }
@@ -275,7 +284,7 @@ mod tests {
             .map(|k| pool.submit(k, k, GradientInput { node: 0, params: Arc::new(vec![0.0]), batch: 1, seed: k }))
             .collect();
         // Let the threads reach the failing job before it is taken.
-        while tasks.iter().any(|t| matches!(*t.state(), State::Queued)) {
+        while tasks.iter().any(|t| matches!(*t.state(), State::Queued(_))) {
             std::thread::yield_now();
         }
         assert_eq!(pool.take(&tasks[2]).1, 1.0);

@@ -35,7 +35,7 @@ impl Job {
         match self {
             Job::Inline(i) => i.node,
             Job::Ready(node, _) => *node,
-            Job::Pooled(t) => t.input().node,
+            Job::Pooled(t) => t.node(),
         }
     }
 }

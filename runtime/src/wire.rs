@@ -54,6 +54,25 @@ pub mod pod {
     }
 }
 
+/// Serde adapter for a shared vector of plain numbers (`Arc<Vec<f32>>`, …): as [`pod`]. A
+/// protocol shares a vector with a message so that the simulator, which never serialises, moves
+/// no copy of it; a real network sends the bytes as for a plain vector.
+pub mod pod_shared {
+    use bytemuck::Pod;
+    use serde::{Deserializer, Serializer};
+    use std::sync::Arc;
+
+    /// Writes `v` as one byte string.
+    pub fn serialize<T: Pod, S: Serializer>(v: &Arc<Vec<T>>, s: S) -> Result<S::Ok, S::Error> {
+        super::pod::serialize(&v[..], s)
+    }
+
+    /// Reads what [`serialize`] wrote.
+    pub fn deserialize<'de, T: Pod, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<T>>, D::Error> {
+        super::pod::deserialize(d).map(Arc::new)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
@@ -65,6 +84,25 @@ mod tests {
         data: Vec<f32>,
         #[serde(with = "super::pod")]
         fixed: Vec<i64>,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Shared {
+        #[serde(with = "super::pod_shared")]
+        data: std::sync::Arc<Vec<f32>>,
+    }
+
+    #[test]
+    fn a_shared_vector_travels_as_the_plain_one() {
+        let data = vec![0.25f32, -0.0, f32::MAX];
+        let shared = serde_json::to_string(&Shared { data: std::sync::Arc::new(data.clone()) }).unwrap();
+        let plain = serde_json::to_string(&Msg { iter: 0, data: data.clone(), fixed: vec![] }).unwrap();
+        assert!(plain.contains(&shared[1..shared.len() - 1]), "{shared} within {plain}");
+        let back: Shared = serde_json::from_str(&shared).unwrap();
+        assert_eq!(
+            back.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            data.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -142,7 +142,7 @@ fn steps_answered(node: &mut GossipNode, ctx: &mut Recorder<GossipMsg>, from: f6
         node.on_gradient(ctx.at(at), job, vec![0.0; 4], 0.0);
         let now = pulled(ctx);
         if let Some(&p) = now.first() {
-            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: quadratic().init() });
+            node.on_message(ctx.at(at), p, GossipMsg::PullReply { x: Arc::new(quadratic().init()) });
         }
         asked.extend(now);
         at += 0.1;
@@ -171,7 +171,7 @@ fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
                 break t;
             }
             // Node 2 answers at once.
-            node.on_message(ctx.at(t), 2, GossipMsg::PullReply { x: quadratic().init() });
+            node.on_message(ctx.at(t), 2, GossipMsg::PullReply { x: Arc::new(quadratic().init()) });
         }
     };
     // While the request is outstanding the node keeps computing but asks no one else.
@@ -183,7 +183,7 @@ fn a_gossip_peer_that_does_not_answer_is_skipped_for_four_timeouts() {
     node.on_timer(ctx.at(first + 1.0), timeout.tag);
     assert_eq!(ctx.notes, ["peer 1 did not answer; skipping it for a while"]);
     // For the next four timeouts every request goes to node 2; a late reply from 1 is ignored.
-    node.on_message(ctx.at(first + 1.05), 1, GossipMsg::PullReply { x: vec![1e6; 4] });
+    node.on_message(ctx.at(first + 1.05), 1, GossipMsg::PullReply { x: Arc::new(vec![1e6; 4]) });
     let during = steps_answered(&mut node, &mut ctx, first + 1.1, first + 4.9);
     assert!(during.len() > 20 && during.iter().all(|&p| p == 2), "{during:?}");
     let params = match node.view() {

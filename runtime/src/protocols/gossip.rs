@@ -79,9 +79,9 @@ pub enum GossipMsg {
     PullRequest,
     /// The parameters asked for.
     PullReply {
-        /// Values.
-        #[serde(with = "crate::wire::pod")]
-        x: Vec<f32>,
+        /// Values (shared with the sender until either writes them: no copy in the simulator).
+        #[serde(with = "crate::wire::pod_shared")]
+        x: Arc<Vec<f32>>,
     },
     /// Acknowledges push `seq`.
     PushAck {
@@ -116,7 +116,9 @@ pub struct GossipNode {
     cfg: GossipConfig,
     batch: usize,
     opt_cfg: OptimizerConfig,
-    x: Vec<f32>,
+    /// Pull-mode parameters, shared with the gradient job and the replies that read them (copied
+    /// on write).
+    x: Arc<Vec<f32>>,
     xs: Vec<i64>,
     w: i64,
     opt: Sgd,
@@ -140,7 +142,7 @@ impl GossipNode {
             cfg,
             batch,
             opt_cfg: opt,
-            x: Vec::new(),
+            x: Default::default(),
             xs: Vec::new(),
             w: W_ONE,
             opt: Sgd::new(opt, 0, 1),
@@ -221,11 +223,11 @@ impl GossipNode {
             if self.w <= 0 {
                 return; // a restarted push node waits for mass
             }
-            self.z()
+            Arc::new(self.z())
         } else {
             self.x.clone()
         };
-        self.job = Some(ctx.start_gradient(Arc::new(params), self.batch));
+        self.job = Some(ctx.start_gradient(params, self.batch));
     }
 
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {
@@ -270,7 +272,7 @@ impl Protocol for GossipNode {
             self.w = if restarted { 0 } else { W_ONE };
             self.xs = init.iter().map(|&x| if restarted { 0 } else { to_fixed(x as f64) }).collect();
         } else {
-            self.x = init;
+            self.x = Arc::new(init);
         }
         if restarted && !self.push() {
             self.recovering = true;
@@ -300,7 +302,7 @@ impl Protocol for GossipNode {
                     self.x = x;
                     self.compute(ctx);
                 } else {
-                    self.x.iter_mut().zip(&x).for_each(|(a, b)| *a = (*a + b) * 0.5);
+                    Arc::make_mut(&mut self.x).iter_mut().zip(x.iter()).for_each(|(a, b)| *a = (*a + b) * 0.5);
                 }
             }
             GossipMsg::PushAck { seq } => {
@@ -362,7 +364,7 @@ impl Protocol for GossipNode {
                 }
             }
         } else {
-            self.opt.apply(&mut self.x, &grad);
+            self.opt.apply(Arc::make_mut(&mut self.x).as_mut_slice(), &grad);
         }
         self.steps += 1;
         ctx.record_update(0);
