@@ -62,6 +62,12 @@ pub trait Workload: Send + Sync {
     /// Writes the minibatch gradient at `params` into `grad` (same length) and returns the
     /// minibatch loss.
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64;
+    /// As [`Workload::gradient`], at parameters the caller shares: a workload may keep what it
+    /// built from the very same vector for its next call on the same thread (replicas of
+    /// synchronous SGD share one). The result is the same.
+    fn gradient_shared(&self, params: &std::sync::Arc<Vec<f32>>, req: GradRequest, grad: &mut [f32]) -> f64 {
+        self.gradient(params, req, grad)
+    }
     /// Evaluates `params`.
     fn evaluate(&self, params: &[f32]) -> Evaluation;
     /// True if gradients are expensive enough to compute pending jobs on several threads.

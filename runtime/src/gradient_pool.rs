@@ -53,7 +53,7 @@ impl GradientInput {
             f64::NAN
         } else {
             let req = GradRequest { worker: self.node, batch: self.batch, seed: self.seed };
-            workload.gradient(&self.params, req, &mut grad)
+            workload.gradient_shared(&self.params, req, &mut grad)
         };
         (grad, loss)
     }

@@ -45,9 +45,11 @@ use rand::Rng;
 use rand::SeedableRng;
 use resnet18::ResNet18;
 use resnet20::ResNet20;
+use std::any::Any;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 type CpuTrain = Autodiff<Flex>;
 #[cfg(feature = "cuda")]
@@ -207,12 +209,56 @@ fn grad_of<B: AutodiffBackend, N: Net<B>>(
     out: &mut [f32],
     device: &B::Device,
 ) -> f64 {
-    let net = flat::from_flat(net, params);
+    grad_with(&flat::from_flat(net, params), data, idx, out, device)
+}
+
+thread_local! {
+    /// The network last loaded on this thread by [`grad_reusing`], and the shared parameters it
+    /// holds (weakly: while this is held, no other vector can take their address, and they
+    /// cannot be written in place, since `Arc::make_mut` moves a vector that has weak
+    /// references).
+    static LOADED: RefCell<Option<Loaded>> = const { RefCell::new(None) };
+}
+
+/// A loaded network (of some [`Net`] type) and the parameters it was loaded from.
+type Loaded = (Weak<Vec<f32>>, Box<dyn Any>);
+
+/// [`grad_of`] with the network that this thread last loaded, if it was loaded from the very
+/// same `params`: a network without BatchNorm keeps no state from a pass, so the result is the
+/// same. `net` is the skeleton to load otherwise.
+fn grad_reusing<N: Net<CpuTrain> + 'static>(
+    net: N,
+    params: &Arc<Vec<f32>>,
+    data: &Split,
+    idx: &[usize],
+    out: &mut [f32],
+    device: &burn::tensor::Device<CpuTrain>,
+) -> f64 {
+    LOADED.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let same = matches!(&*slot, Some((w, m)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(params)) && m.is::<N>());
+        if !same {
+            *slot = None; // the old network goes before the new one is built
+            *slot = Some((Arc::downgrade(params), Box::new(flat::from_flat(net, params))));
+        }
+        let loaded = slot.as_ref().and_then(|(_, m)| m.downcast_ref::<N>()).expect("loaded above");
+        grad_with(loaded, data, idx, out, device)
+    })
+}
+
+/// The minibatch `idx` gradient of the loaded network `net`, written into `out`.
+fn grad_with<B: AutodiffBackend, N: Net<B>>(
+    net: &N,
+    data: &Split,
+    idx: &[usize],
+    out: &mut [f32],
+    device: &B::Device,
+) -> f64 {
     let (x, y) = batch_tensors::<B>(data, idx, device);
     let loss = CrossEntropyLossConfig::new().init(device).forward(net.logits(x), y);
     let value = loss.clone().into_scalar().elem::<f64>();
     let mut grads = loss.backward();
-    flat::grads_into(&net, &mut grads, out);
+    flat::grads_into(net, &mut grads, out);
     value
 }
 
@@ -275,6 +321,14 @@ where
 }
 
 impl BurnNet {
+    /// The minibatch of a gradient request: sample indices drawn from the job's own stream.
+    fn minibatch(&self, req: GradRequest) -> Vec<usize> {
+        let mut rng = job_rng(req.seed);
+        let n = self.data.train.len();
+        let parts = self.parts.as_deref().map(|p| &p.0);
+        (0..req.batch.max(1)).map(|_| partition::draw(parts, req.worker, n, &mut rng)).collect()
+    }
+
     /// A network of `kind` on `data`, initialised from `init_seed`, computing on the CPU.
     pub fn new(kind: NetKind, data: Arc<FashionMnist>, init_seed: u64) -> Self {
         let params = parameter_counts(&kind, 1, 10).0;
@@ -371,12 +425,18 @@ impl Workload for BurnNet {
         with_net!(&self.kind, Flex, &device, 1, 10, 0.1, net => flat::to_flat(&flat::init(net, &mut rng)))
     }
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64 {
-        let mut rng = job_rng(req.seed);
-        let n = self.data.train.len();
-        let parts = self.parts.as_deref().map(|p| &p.0);
-        let idx: Vec<usize> = (0..req.batch.max(1)).map(|_| partition::draw(parts, req.worker, n, &mut rng)).collect();
+        let idx = self.minibatch(req);
         on_device!(self.device, B, dev => with_net!(&self.kind, B, dev, 1, 10, 0.1, net =>
             grad_of::<B, _>(net, params, &self.data.train, &idx, grad, dev)))
+    }
+    fn gradient_shared(&self, params: &Arc<Vec<f32>>, req: GradRequest, grad: &mut [f32]) -> f64 {
+        if self.device != Device::Cpu || self.kind.has_batch_norm() {
+            return self.gradient(params, req, grad);
+        }
+        let idx = self.minibatch(req);
+        let dev = &Default::default();
+        with_net!(&self.kind, CpuTrain, dev, 1, 10, 0.1, net =>
+            grad_reusing(net, params, &self.data.train, &idx, grad, dev))
     }
     fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
         self.parts.as_ref().map(|p| p.1.clone())
@@ -396,6 +456,34 @@ mod tests {
 
     fn data() -> Arc<FashionMnist> {
         dataset(&resolve_dir(None)).expect(".ci/run installs dataset-fashion-mnist")
+    }
+
+    #[test]
+    fn a_network_reused_for_the_same_shared_parameters_gives_the_gradients_of_a_fresh_one() {
+        let net = BurnNet::new(NetKind::Mlp { hidden: vec![32] }, data(), 7);
+        let p = |s: f32| Arc::new(net.init().iter().map(|x| x * s).collect::<Vec<f32>>());
+        let (a, b) = (p(1.0), p(0.5));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // Interleaved: a, a, b, a (another vector in between reloads), with different minibatches.
+        for (k, params) in [&a, &a, &b, &a, &a].into_iter().enumerate() {
+            let req = GradRequest { worker: k % 3, batch: 16, seed: 100 + k as u64 };
+            let (mut fresh, mut reused) = (vec![0.0; params.len()], vec![0.0; params.len()]);
+            let l1 = net.gradient(params, req, &mut fresh);
+            let l2 = net.gradient_shared(params, req, &mut reused);
+            assert_eq!(bits(&fresh), bits(&reused), "job {k}");
+            assert_eq!(l1.to_bits(), l2.to_bits(), "job {k}");
+        }
+        // A vector written after the network was loaded from it is moved (it has a weak
+        // reference), so the next call loads the new values.
+        let mut c = p(1.0);
+        let req = GradRequest { worker: 0, batch: 16, seed: 9 };
+        let mut g = vec![0.0; c.len()];
+        net.gradient_shared(&c, req, &mut g);
+        Arc::make_mut(&mut c).iter_mut().for_each(|x| *x *= 2.0);
+        let (mut fresh, mut reused) = (vec![0.0; c.len()], vec![0.0; c.len()]);
+        net.gradient(&c, req, &mut fresh);
+        net.gradient_shared(&c, req, &mut reused);
+        assert_eq!(bits(&fresh), bits(&reused));
     }
 
     #[test]

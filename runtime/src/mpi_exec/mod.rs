@@ -367,7 +367,7 @@ fn compute_thread(
         let loss = if j.params.is_empty() {
             f64::NAN
         } else {
-            workload.gradient(&j.params, GradRequest { worker, batch: j.batch, seed: j.seed }, &mut grad)
+            workload.gradient_shared(&j.params, GradRequest { worker, batch: j.batch, seed: j.seed }, &mut grad)
         };
         if let Some(rest) = j.at_least.checked_sub(t.elapsed()) {
             std::thread::sleep(rest);
