@@ -312,7 +312,7 @@ pub struct Initial {
 impl Initial {
     /// Every worker runs in this process (the simulator): a ring all-reduce's messages carry no
     /// values, and its average is computed once for all members, with the ring's bits (see
-    /// [`shared_ring`]).
+    /// `shared_ring.rs`).
     pub fn in_one_process(mut self) -> Self {
         self.ring = Some(Arc::new(Mutex::new(shared_ring::SharedRing::new(crate::gradient_pool::threads()))));
         self

@@ -1,7 +1,8 @@
 //! The three ways a synchronous worker reduces its gradient ([`Mode`]): a message-level
 //! collective, the analytic closed form, and backup-worker aggregation. Each mode starts in
-//! [`SyncWorker::start_reduce`] and ends in [`SyncWorker::finish`], which applies the average and
-//! begins the next iteration.
+//! [`SyncWorker::start_reduce`] and ends in [`SyncWorker::step`], which applies the average and
+//! begins the next iteration (through [`SyncWorker::finish`] where the mode holds a sum). In the
+//! simulator the ring's average comes from a board shared by the members ([`SharedRing`]).
 
 use super::shared_ring::SharedRing;
 use super::{Membership, Mode, Stage, SyncMsg, SyncWorker, ANALYTIC_DONE};
