@@ -3,7 +3,9 @@
 //! Gradients are computed with autodiff on burn's `flex` CPU backend (bitwise reproducible across
 //! runs and thread counts) or, with the `cuda` feature, on a GPU ([`device`]). Parameters and
 //! gradients cross the boundary as one flat `f32` vector ([`flat`]); every call builds a fresh
-//! replica from its configuration and loads the vector into it, so replicas never share state. A
+//! replica from its configuration and loads the vector into it, so replicas never share state
+//! (an MLP on the CPU needs no replica: [`mlp_grad`] computes autodiff's bits from the flat
+//! vector itself). A
 //! minibatch is `batch` training images drawn uniformly with replacement from the request's seed
 //! (each worker's seeds come from its own named stream, so each worker has its own sample order).
 //! Initial parameters come from a ChaCha stream of `init_seed`, not from burn's random state.
