@@ -20,7 +20,18 @@ use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 /// `dst[m×n] = lhs[m×k] · rhs[k×n]`, each operand addressed by (column stride, row stride) as
 /// burn-flex passes them to `gemm` (`dst` is row-major and contiguous).
 #[allow(clippy::too_many_arguments)]
-fn matmul(m: usize, n: usize, k: usize, dst: &mut [f32], lhs: &[f32], l_cs: usize, l_rs: usize, rhs: &[f32], r_cs: usize, r_rs: usize) {
+fn matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    lhs: &[f32],
+    l_cs: usize,
+    l_rs: usize,
+    rhs: &[f32],
+    r_cs: usize,
+    r_rs: usize,
+) {
     assert_eq!(dst.len(), m * n, "output size");
     // The last element each operand addresses lies inside it.
     assert!(m > 0 && n > 0 && k > 0, "empty product");
