@@ -631,8 +631,8 @@ fn bench_real(
         for &n in workers {
             let row = realbench::measure(a, n, batch, sim_time_s)?;
             eprintln!(
-                "{:>9} {:>4} workers: {:.0} gradients/s ({} in {:.2} s)",
-                a, n, row.gradients_per_s, row.gradients, row.wall_s
+                "{:>9} {:>4} workers: {:.0} gradients/s ({} in {:.2} s; {:.3} CPU ms a gradient, {:.2} cores busy)",
+                a, n, row.gradients_per_s, row.gradients, row.wall_s, row.cpu_ms_per_gradient, row.cores_busy
             );
             rows.push(row);
         }

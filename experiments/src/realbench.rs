@@ -4,6 +4,13 @@
 //! process, a plain burn training loop of one model at the same batch (forward, backward, burn's
 //! SGD: no engine, no flat vectors) on one core. The target: the engine at 100 workers delivers
 //! at least the plain loop's rate times the number of cores.
+//!
+//! Beside the rate, each case reports the process's CPU time per gradient (user and system, all
+//! threads, from `getrusage`) and the cores it kept busy (CPU time over wall time). The two
+//! factor the rate: gradients per second = cores busy / CPU time per gradient. So a case short of
+//! the target shows whether it lacks parallelism (cores idle while the simulator's thread works
+//! alone) or does too much work per gradient; and the CPU time is less moved by a busy machine
+//! than the wall time is.
 
 use crate::execute::execute;
 use crate::load::spec_from_value;
@@ -28,6 +35,10 @@ pub struct Row {
     pub wall_s: f64,
     /// Gradients per wall second.
     pub gradients_per_s: f64,
+    /// CPU milliseconds (user and system, every thread of the process) per gradient.
+    pub cpu_ms_per_gradient: f64,
+    /// Cores kept busy: the process's CPU time over the wall time of the case.
+    pub cores_busy: f64,
     /// The run's digest (the same whatever the thread count and the machine's load).
     pub digest: String,
 }
@@ -50,15 +61,27 @@ pub fn spec(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> R
 pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<Row, String> {
     let spec =
         spec_from_value("bench-real", spec(algorithm, workers, batch, sim_time_s)?).map_err(|e| e.to_string())?;
+    let (cpu0, wall0) = (cpu_seconds()?, std::time::Instant::now());
     let s = execute(&spec, false)?.summary;
+    let (cpu, wall) = (cpu_seconds()? - cpu0, wall0.elapsed().as_secs_f64());
     Ok(Row {
         algorithm: algorithm.into(),
         workers,
         gradients: s.gradients,
         wall_s: s.wall_time_s,
         gradients_per_s: s.gradients as f64 / s.wall_time_s.max(1e-9),
+        cpu_ms_per_gradient: 1e3 * cpu / (s.gradients.max(1) as f64),
+        cores_busy: cpu / wall.max(1e-9),
         digest: s.digest,
     })
+}
+
+/// CPU seconds this process has used so far, user and system, all threads.
+pub fn cpu_seconds() -> Result<f64, String> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| format!("getrusage: {e}"))?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+    Ok(secs(u.user_time()) + secs(u.system_time()))
 }
 
 /// Steps per second of the plain burn loop of the MLP at `batch`, best of three runs of `steps`.
@@ -72,19 +95,23 @@ pub fn plain(batch: usize, steps: usize) -> Result<f64, String> {
 /// The rows and the plain loop as a Markdown table.
 pub fn table(rows: &[Row], plain_per_s: f64, cores: usize) -> String {
     let mut t = format!(
-        "plain burn loop (one model, one core): {plain_per_s:.0} gradients/s; × {cores} cores = {:.0}\n\n\
-         | algorithm | workers | gradients | wall s | gradients/s | vs plain loop × cores |\n|---|---:|---:|---:|---:|---:|\n",
+        "plain burn loop (one model, one core): {plain_per_s:.0} gradients/s ({:.3} ms a step); × {cores} cores = {:.0}\n\n\
+         | algorithm | workers | gradients | wall s | gradients/s | vs plain loop × cores | CPU ms/gradient | cores busy |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        1e3 / plain_per_s,
         plain_per_s * cores as f64
     );
     for r in rows {
         t += &format!(
-            "| {} | {} | {} | {:.2} | {:.0} | {:.2} |\n",
+            "| {} | {} | {} | {:.2} | {:.0} | {:.2} | {:.3} | {:.2} |\n",
             r.algorithm,
             r.workers,
             r.gradients,
             r.wall_s,
             r.gradients_per_s,
-            r.gradients_per_s / (plain_per_s * cores as f64)
+            r.gradients_per_s / (plain_per_s * cores as f64),
+            r.cpu_ms_per_gradient,
+            r.cores_busy
         );
     }
     t

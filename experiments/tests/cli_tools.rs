@@ -196,6 +196,11 @@ fn bench_real_reports_each_case_beside_the_plain_loop() {
         // Gossip workers never wait for each other: one gradient every 10 ms, 20 each in 0.2 s.
         assert_eq!(g, 20.0 * r["workers"].as_f64().unwrap(), "{r}");
         assert!((r["gradients_per_s"].as_f64().unwrap() - g / wall).abs() < 1e-6 * g / wall, "{r}");
+        // CPU time per gradient and cores busy: both measured, and a process on this machine's
+        // cores cannot keep more of them busy than it has (a little over for the clocks' grain).
+        let (cpu_ms, busy) = (r["cpu_ms_per_gradient"].as_f64().unwrap(), r["cores_busy"].as_f64().unwrap());
+        let cores = v["cores"].as_f64().unwrap();
+        assert!(cpu_ms > 0.0 && busy > 0.0 && busy <= cores * 1.2, "{r}");
     }
     // A case is an ordinary run: its digest is the one `dsgd run` gives for the same spec.
     let spec = dsgd_experiments::realbench::spec("gossip", 3, 32, 0.2).unwrap();

@@ -173,7 +173,7 @@ impl SyncWorker {
             }
         };
         let buf = if self.collective.shared.is_some() {
-            self.collective.board().deposit(key, self.now.members.len(), me, grad);
+            self.collective.board().deposit(key, self.now.members.len(), me, grad, wire);
             self.collective.deposited = Some((key, me));
             Vec::new()
         } else {

@@ -9,6 +9,12 @@
 //! in the ring's order, so the same bits) for all of them. Only the simulator builds a board;
 //! real runs send the values.
 //!
+//! The sum need not wait for the ring: once the last member has left its gradient, the average is
+//! a pure function of what lies on the board, so with more than one thread it is summed at once on
+//! a background thread while the simulator's thread plays the ring's messages, and the first
+//! member to finish takes it (waiting if it is not done). Without threads it is summed by that
+//! member. Either way it is the same bits.
+//!
 //! A member finishes only after every member's first message has passed round the ring, so every
 //! gradient is on the board by then. An entry is dropped once every member that left a gradient
 //! has taken the average or given the iteration up (a probe or a crash).
@@ -16,6 +22,7 @@
 use crate::collectives::ring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// The gradients and averages of the iterations in progress, by (view, iteration).
 #[derive(Debug)]
@@ -23,6 +30,8 @@ pub struct SharedRing {
     entries: BTreeMap<(u64, u64), Entry>,
     /// Threads summing an average (see [`ring::result`]; the result does not depend on them).
     threads: usize,
+    /// Additions from which an average is summed in the background ([`BACKGROUND_SUM`]).
+    background_from: usize,
 }
 
 #[derive(Debug)]
@@ -33,44 +42,73 @@ struct Entry {
     open: Vec<bool>,
     /// The average, once a member asked for it.
     average: Option<Arc<Vec<f32>>>,
+    /// The average being summed in the background since the last gradient came in.
+    summing: Option<JoinHandle<Vec<f32>>>,
+}
+
+/// Additions (gradient length × members) from which an average is summed in the background.
+const BACKGROUND_SUM: usize = 1 << 20;
+
+/// The average of `grads` (in member order) over a ring of nominal `wire` elements.
+fn average_of(grads: &[Arc<Vec<f32>>], wire: usize, threads: usize) -> Vec<f32> {
+    let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
+    let mut avg = ring::result(&refs, wire, threads);
+    let scale = 1.0 / grads.len() as f32;
+    avg.iter_mut().for_each(|x| *x *= scale);
+    avg
 }
 
 impl SharedRing {
     /// An empty board whose averages are summed on `threads` threads.
     pub fn new(threads: usize) -> Self {
-        SharedRing { entries: BTreeMap::new(), threads }
+        SharedRing { entries: BTreeMap::new(), threads, background_from: BACKGROUND_SUM }
     }
 
-    /// Member `me` of `p` leaves its gradient for iteration `key`.
-    pub fn deposit(&mut self, key: (u64, u64), p: usize, me: usize, grad: Arc<Vec<f32>>) {
+    /// Member `me` of `p` leaves its gradient for iteration `key`, whose ring runs over a
+    /// nominal vector of `wire` elements. The last gradient in starts the sum in the background
+    /// (with more than one thread).
+    pub fn deposit(&mut self, key: (u64, u64), p: usize, me: usize, grad: Arc<Vec<f32>>, wire: usize) {
         let e = self.entries.entry(key).or_insert_with(|| Entry {
             grads: vec![None; p],
             open: vec![false; p],
             average: None,
+            summing: None,
         });
         debug_assert_eq!(e.grads.len(), p, "members of one view disagree on their number");
+        let len = grad.len();
         e.grads[me] = Some(grad);
         e.open[me] = true;
+        // Worth a thread when the sum is about a millisecond of additions (a thread costs tens of
+        // microseconds to start; timing-only runs have no values at all).
+        let worth = len.saturating_mul(p) >= self.background_from;
+        if worth && self.threads > 1 && e.average.is_none() && e.summing.is_none() {
+            if let Some(grads) = e.grads.iter().cloned().collect::<Option<Vec<_>>>() {
+                let threads = self.threads;
+                e.summing = Some(std::thread::spawn(move || average_of(&grads, wire, threads)));
+            }
+        }
     }
 
     /// The average of iteration `key` for member `me`, whose ring (over a nominal vector of
-    /// `wire` elements) has finished: computed by the first member to ask.
+    /// `wire` elements) has finished: taken from the background sum, or computed by the first
+    /// member to ask.
     pub fn average(&mut self, key: (u64, u64), me: usize, wire: usize) -> Arc<Vec<f32>> {
         let e = self.entries.get_mut(&key).expect("a member whose ring finished left its gradient");
-        let avg = e
-            .average
-            .get_or_insert_with(|| {
-                let grads: Vec<&[f32]> = e
-                    .grads
-                    .iter()
-                    .map(|g| &g.as_ref().expect("a finished ring has every member's gradient")[..])
-                    .collect();
-                let mut avg = ring::result(&grads, wire, self.threads);
-                let scale = 1.0 / grads.len() as f32;
-                avg.iter_mut().for_each(|x| *x *= scale);
-                Arc::new(avg)
-            })
-            .clone();
+        if e.average.is_none() {
+            let avg = match e.summing.take() {
+                Some(sum) => sum.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                None => {
+                    let grads: Vec<Arc<Vec<f32>>> = e
+                        .grads
+                        .iter()
+                        .map(|g| g.clone().expect("a finished ring has every member's gradient"))
+                        .collect();
+                    average_of(&grads, wire, self.threads)
+                }
+            };
+            e.average = Some(Arc::new(avg));
+        }
+        let avg = e.average.clone().expect("set above");
         self.close(key, me);
         avg
     }
@@ -104,11 +142,20 @@ mod tests {
 
     #[test]
     fn the_average_is_the_rings_computed_once_and_the_board_empties_as_members_finish() {
+        // One thread, or a sum too small for a thread: summed by the first member to finish;
+        // otherwise in the background from the last deposit. The same bits either way.
+        for (threads, background_from) in [(1, 0), (2, BACKGROUND_SUM), (2, 0)] {
+            board_round(threads, background_from);
+        }
+    }
+
+    fn board_round(threads: usize, background_from: usize) {
         let grads: Vec<Arc<Vec<f32>>> =
             (0..4).map(|m| Arc::new((0..10).map(|i| (m * 10 + i) as f32 * 0.37 + 0.1).collect())).collect();
-        let mut board = SharedRing::new(2);
+        let mut board = SharedRing::new(threads);
+        board.background_from = background_from;
         for (m, g) in grads.iter().enumerate() {
-            board.deposit((5, 9), 4, m, g.clone());
+            board.deposit((5, 9), 4, m, g.clone(), 10);
         }
         let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
         let expect: Vec<f32> = ring::result(&refs, 10, 1).iter().map(|x| x * 0.25).collect();
@@ -123,11 +170,17 @@ mod tests {
         assert_eq!(board.len(), 0);
         // An iteration every member gave up (a probe) leaves nothing behind, whether or not all
         // gradients came in.
-        board.deposit((6, 0), 3, 0, grads[0].clone());
-        board.deposit((6, 0), 3, 2, grads[2].clone());
+        board.deposit((6, 0), 3, 0, grads[0].clone(), 10);
+        board.deposit((6, 0), 3, 2, grads[2].clone(), 10);
         board.leave((6, 0), 2);
         board.leave((6, 0), 0);
         assert_eq!(board.len(), 0);
         assert_eq!(Arc::strong_count(&grads[0]), 1, "the board holds no gradient of a finished iteration");
+        // An iteration given up after its last gradient came in (its sum may be running).
+        for (m, g) in grads.iter().enumerate() {
+            board.deposit((7, 0), 4, m, g.clone(), 10);
+        }
+        (0..4).for_each(|m| board.leave((7, 0), m));
+        assert_eq!(board.len(), 0);
     }
 }
