@@ -44,6 +44,8 @@ struct Entry {
     average: Option<Arc<Vec<f32>>>,
     /// The average being summed in the background since the last gradient came in.
     summing: Option<JoinHandle<Vec<f32>>>,
+    /// Members whose gradient is not on the board yet.
+    missing: usize,
 }
 
 /// Additions (gradient length × members) from which an average is summed in the background.
@@ -73,19 +75,21 @@ impl SharedRing {
             open: vec![false; p],
             average: None,
             summing: None,
+            missing: p,
         });
         debug_assert_eq!(e.grads.len(), p, "members of one view disagree on their number");
         let len = grad.len();
-        e.grads[me] = Some(grad);
+        if e.grads[me].replace(grad).is_none() {
+            e.missing -= 1;
+        }
         e.open[me] = true;
         // Worth a thread when the sum is about a millisecond of additions (a thread costs tens of
         // microseconds to start; timing-only runs have no values at all).
         let worth = len.saturating_mul(p) >= self.background_from;
-        if worth && self.threads > 1 && e.average.is_none() && e.summing.is_none() {
-            if let Some(grads) = e.grads.iter().cloned().collect::<Option<Vec<_>>>() {
-                let threads = self.threads;
-                e.summing = Some(std::thread::spawn(move || average_of(&grads, wire, threads)));
-            }
+        if worth && self.threads > 1 && e.missing == 0 && e.average.is_none() && e.summing.is_none() {
+            let grads: Vec<Arc<Vec<f32>>> = e.grads.iter().flatten().cloned().collect();
+            let threads = self.threads;
+            e.summing = Some(std::thread::spawn(move || average_of(&grads, wire, threads)));
         }
     }
 
