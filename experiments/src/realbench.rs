@@ -7,7 +7,8 @@
 //!
 //! Beside the rate, each case reports the process's CPU time per gradient (user and system, all
 //! threads, from `getrusage`) and the cores it kept busy (CPU time over wall time). The two
-//! factor the rate: gradients per second = cores busy / CPU time per gradient. So a case short of
+//! factor the rate: gradients per second ≈ cores busy / CPU time per gradient (both are taken
+//! around the whole case, the rate over the run's own wall time). So a case short of
 //! the target shows whether it lacks parallelism (cores idle while the simulator's thread works
 //! alone) or does too much work per gradient; and the CPU time is less moved by a busy machine
 //! than the wall time is.
@@ -77,7 +78,7 @@ pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -
 }
 
 /// CPU seconds this process has used so far, user and system, all threads.
-pub fn cpu_seconds() -> Result<f64, String> {
+fn cpu_seconds() -> Result<f64, String> {
     use nix::sys::resource::{getrusage, UsageWho};
     let u = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| format!("getrusage: {e}"))?;
     let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
