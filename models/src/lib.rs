@@ -68,6 +68,13 @@ pub trait Workload: Send + Sync {
     fn gradient_shared(&self, params: &std::sync::Arc<Vec<f32>>, req: GradRequest, grad: &mut [f32]) -> f64 {
         self.gradient(params, req, grad)
     }
+    /// As [`Workload::gradient_shared`], into a vector of its own: the same bits. A workload
+    /// that writes every element may skip zeroing the vector first.
+    fn gradient_owned(&self, params: &std::sync::Arc<Vec<f32>>, req: GradRequest) -> (Vec<f32>, f64) {
+        let mut grad = vec![0.0; params.len()];
+        let loss = self.gradient_shared(params, req, &mut grad);
+        (grad, loss)
+    }
     /// Evaluates `params`.
     fn evaluate(&self, params: &[f32]) -> Evaluation;
     /// True if gradients are expensive enough to compute pending jobs on several threads.

@@ -48,14 +48,10 @@ pub type GradientOutput = (Vec<f32>, f64);
 impl GradientInput {
     /// Computes the gradient (empty parameters: a timing-only workload, loss NaN).
     pub fn compute(&self, workload: &dyn Workload) -> GradientOutput {
-        let mut grad = vec![0f32; self.params.len()];
-        let loss = if self.params.is_empty() {
-            f64::NAN
-        } else {
-            let req = GradRequest { worker: self.node, batch: self.batch, seed: self.seed };
-            workload.gradient_shared(&self.params, req, &mut grad)
-        };
-        (grad, loss)
+        if self.params.is_empty() {
+            return (Vec::new(), f64::NAN);
+        }
+        workload.gradient_owned(&self.params, GradRequest { worker: self.node, batch: self.batch, seed: self.seed })
     }
 }
 

@@ -16,15 +16,17 @@
 use burn::backend::{Autodiff, Flex};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use std::mem::MaybeUninit;
 
 /// `dst[m×n] = lhs[m×k] · rhs[k×n]`, each operand addressed by (column stride, row stride) as
-/// burn-flex passes them to `gemm` (`dst` is row-major and contiguous).
+/// burn-flex passes them to `gemm` (`dst` is row-major and contiguous). Every element of `dst`
+/// is written and none is read, so `dst` may be uninitialised.
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     m: usize,
     n: usize,
     k: usize,
-    dst: &mut [f32],
+    dst: &mut [MaybeUninit<f32>],
     lhs: &[f32],
     l_cs: usize,
     l_rs: usize,
@@ -39,14 +41,17 @@ fn matmul(
     assert!((k - 1) * r_rs + (n - 1) * r_cs < rhs.len(), "rhs out of bounds");
     // SAFETY: the asserts above keep every address gemm forms (row·rs + col·cs, within the
     // given shapes) inside the three slices; `dst` is borrowed mutably and does not alias the
-    // shared `lhs` and `rhs`; `read_dst` is false, so `dst`'s old values are never read.
+    // shared `lhs` and `rhs`; `read_dst` is false, so gemm sets its scale of `dst` to zero and
+    // writes every element of the m×n product before it reads any (gemm-common's `gemm_basic`:
+    // the first depth block stores, later blocks add to what it stored), so `dst` may hold
+    // uninitialised memory.
     #[allow(unsafe_code)]
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst.as_mut_ptr().cast::<f32>(),
             1,
             n as isize,
             false,
@@ -66,11 +71,34 @@ fn matmul(
     }
 }
 
+/// A fresh `len`-element vector filled by `fill`, which must write every element of the slice
+/// it is given (it is not zeroed first: zeroing a gradient's 400 kB costs as much as a tenth of
+/// computing it).
+fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+    let mut v = Vec::with_capacity(len);
+    fill(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: every caller's `fill` writes all `len` elements (`matmul` writes its whole m×n
+    // output; `write` below covers the rest), so the first `len` elements are initialised.
+    #[allow(unsafe_code)]
+    unsafe {
+        v.set_len(len)
+    };
+    v
+}
+
+/// `src` copied into `dst` (of the same length).
+fn write(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "lengths");
+    dst.iter_mut().zip(src).for_each(|(d, &s)| {
+        d.write(s);
+    });
+}
+
 /// burn-flex's `sum_dim(·, 0)` of a row-major `[rows, cols]` matrix, written into `out`.
-fn column_sums(g: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+fn column_sums(g: &[f32], rows: usize, cols: usize, out: &mut [MaybeUninit<f32>]) {
     let t = Tensor::<Flex, 2>::from_data(TensorData::new(g.to_vec(), [rows, cols]), &Default::default());
     let s = t.sum_dim(0).into_data();
-    out.copy_from_slice(s.as_slice::<f32>().expect("f32 sums"));
+    write(out, s.as_slice::<f32>().expect("f32 sums"));
 }
 
 /// Burn's mean cross-entropy of `logits` (`[n, classes]`) against `labels`, and its gradient with
@@ -93,6 +121,24 @@ fn cross_entropy(logits: Vec<f32>, labels: &[i64], classes: usize) -> (f64, Vec<
 /// (`[n, widths[0]]` row-major) with `labels`, written into `out` in the same order; returns the
 /// mean loss.
 pub fn gradient(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    // SAFETY: `[f32]` and `[MaybeUninit<f32>]` have the same layout, and `gradient_into` only
+    // writes initialised values, so `out` holds valid `f32`s afterwards.
+    #[allow(unsafe_code)]
+    let out = unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    gradient_into(widths, params, x, labels, out)
+}
+
+/// As [`gradient`], into a fresh vector that is never zeroed (every element is written once):
+/// the same bits.
+pub fn gradient_owned(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64]) -> (Vec<f32>, f64) {
+    let mut loss = 0.0;
+    let g = filled(params.len(), |out| loss = gradient_into(widths, params, x, labels, out));
+    (g, loss)
+}
+
+/// [`gradient`] into `out`, which may be uninitialised: every element is written (the layers'
+/// weights and biases tile it, asserted below).
+fn gradient_into(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], out: &mut [MaybeUninit<f32>]) -> f64 {
     let n = labels.len();
     let layers = widths.len() - 1;
     assert_eq!(x.len(), n * widths[0], "images");
@@ -114,9 +160,8 @@ pub fn gradient(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], out
     for l in 0..layers {
         let (i, o) = (widths[l], widths[l + 1]);
         let input: &[f32] = if l == 0 { x } else { &acts[l - 1] };
-        let mut y = vec![0.0f32; n * o];
         // burn's linear: x [n, i] · W [i, o], both contiguous, then + bias broadcast over rows.
-        matmul(n, o, i, &mut y, input, 1, i, &params[weight(l)], 1, o);
+        let mut y = filled(n * o, |y| matmul(n, o, i, y, input, 1, i, &params[weight(l)], 1, o));
         let b = &params[bias(l)];
         for row in y.chunks_exact_mut(o) {
             row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
@@ -141,12 +186,50 @@ pub fn gradient(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], out
         column_sums(&g, n, o, &mut out[bias(l)]);
         if l > 0 {
             // linear_x_backward: g [n, o] · swap_dims(W) [o, i] (strides 1, o).
-            let mut dx = vec![0.0f32; n * i];
-            matmul(n, i, o, &mut dx, &g, 1, o, &params[weight(l)], o, 1);
+            let mut dx = filled(n * i, |dx| matmul(n, i, o, dx, &g, 1, o, &params[weight(l)], o, 1));
             // relu_backward against the ReLU's output.
             dx.iter_mut().zip(&acts[l - 1]).for_each(|(d, &a)| *d = if a > 0.0 { *d } else { 0.0 });
             g = dx;
         }
     }
     loss
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_element_of_the_output_is_written() {
+        // Small random weights and images; the output starts as NaNs, which any element left
+        // unwritten would keep.
+        let mut rng = 12345u64;
+        let mut next = move || {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((rng >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        for (widths, n) in [(vec![784, 128, 10], 32), (vec![784, 16, 8, 10], 5), (vec![784, 10], 1)] {
+            let count: usize = widths.windows(2).map(|w| w[0] * w[1] + w[1]).sum();
+            let params: Vec<f32> = (0..count).map(|_| next() * 0.1).collect();
+            let x: Vec<f32> = (0..n * 784).map(|_| next() + 0.5).collect();
+            let labels: Vec<i64> = (0..n as i64).map(|i| i % 10).collect();
+            let mut out = vec![MaybeUninit::new(f32::NAN); count];
+            let loss = gradient_into(&widths, &params, &x, &labels, &mut out);
+            let written: Vec<f32> = out.iter().map(|v| read_initialised(v)).collect();
+            assert!(written.iter().all(|g| g.is_finite()), "{widths:?}: an element left unwritten");
+            let (owned, l2) = gradient_owned(&widths, &params, &x, &labels);
+            let bits = |v: &[f32]| v.iter().map(|g| g.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&written), bits(&owned), "{widths:?}");
+            assert_eq!(loss.to_bits(), l2.to_bits());
+        }
+    }
+
+    /// The value of an element the test initialised itself (with NaN, then maybe overwritten).
+    fn read_initialised(v: &MaybeUninit<f32>) -> f32 {
+        // SAFETY: every element of the test's buffer was initialised to NaN before the call.
+        #[allow(unsafe_code)]
+        unsafe {
+            v.assume_init()
+        }
+    }
 }

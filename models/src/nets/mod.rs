@@ -448,6 +448,15 @@ impl Workload for BurnNet {
         with_net!(&self.kind, CpuTrain, dev, 1, 10, 0.1, net =>
             grad_reusing(net, params, &self.data.train, &idx, grad, dev))
     }
+    fn gradient_owned(&self, params: &Arc<Vec<f32>>, req: GradRequest) -> (Vec<f32>, f64) {
+        if let (Device::Cpu, NetKind::Mlp { hidden }) = (self.device, &self.kind) {
+            let (x, y) = gather(&self.data.train, &self.minibatch(req));
+            return mlp_grad::gradient_owned(&widths(hidden, 784, 10), params, &x, &y);
+        }
+        let mut grad = vec![0.0; params.len()];
+        let loss = self.gradient_shared(params, req, &mut grad);
+        (grad, loss)
+    }
     fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
         self.parts.as_ref().map(|p| p.1.clone())
     }
@@ -518,11 +527,17 @@ mod tests {
             // Along a short SGD trajectory (dead and live ReLUs, several batch sizes).
             for (k, batch) in [32, 1, 7, 64, 32, 200].into_iter().enumerate() {
                 let req = GradRequest { worker: k, batch, seed: 40 + k as u64 };
+                // The owned gradient goes into memory that is not zeroed first (taken before the
+                // reference, whose freed buffers would hold the right values; `mlp_grad`'s own
+                // test fills that memory with NaNs).
+                let (owned, l0) = net.gradient_owned(&Arc::new(p.clone()), req);
                 let l1 = net.gradient(&p, req, &mut lean);
                 let l2 = net.gradient_autodiff(&p, req, &mut reference);
                 assert_eq!(l1.to_bits(), l2.to_bits(), "{hidden:?} batch {batch}: loss");
                 assert!(bits(&lean) == bits(&reference), "{hidden:?} batch {batch}: gradient");
                 assert!(lean.iter().any(|&g| g != 0.0));
+                assert_eq!(l0.to_bits(), l2.to_bits(), "{hidden:?} batch {batch}: owned loss");
+                assert!(bits(&owned) == bits(&reference), "{hidden:?} batch {batch}: owned gradient");
                 p.iter_mut().zip(&lean).for_each(|(x, g)| *x -= 0.5 * g);
             }
         }

@@ -363,11 +363,10 @@ fn compute_thread(
         // The job's time starts when it was asked for, or when the last one ended if it was
         // still running then: waiting for a core is part of what a gradient costs here.
         let t = j.asked.max(free);
-        let mut grad = vec![0f32; j.params.len()];
-        let loss = if j.params.is_empty() {
-            f64::NAN
+        let (grad, loss) = if j.params.is_empty() {
+            (Vec::new(), f64::NAN)
         } else {
-            workload.gradient_shared(&j.params, GradRequest { worker, batch: j.batch, seed: j.seed }, &mut grad)
+            workload.gradient_owned(&j.params, GradRequest { worker, batch: j.batch, seed: j.seed })
         };
         if let Some(rest) = j.at_least.checked_sub(t.elapsed()) {
             std::thread::sleep(rest);
