@@ -543,6 +543,45 @@ mod tests {
         }
     }
 
+    /// FNV-1a of a vector's bits.
+    fn fingerprint(v: &[f32]) -> u64 {
+        v.iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    }
+
+    #[test]
+    fn gradients_and_evaluations_have_the_same_bits_on_every_machine() {
+        // Fixed bits, recorded once: gemm's blocking follows nominal caches, not the machine's
+        // (models/vendor/gemm-common), so an Intel L1 of 48 KiB and an AMD one of 32 KiB give
+        // these same bits. Products of depth 784 (the first layer, forward), 600 (its weight
+        // gradient at batch 600) and 576 (ResNet-20's 64-channel 3×3 convolutions) are each
+        // summed in more than one block on some machines and in one on others.
+        let mlp = BurnNet::new(NetKind::Mlp { hidden: vec![128] }, data(), 5).with_evaluation(500, 32);
+        let p = Arc::new(mlp.init());
+        let mut seen = Vec::new();
+        for batch in [32, 600] {
+            let (g, loss) = mlp.gradient_owned(&p, GradRequest { worker: 1, batch, seed: 77 });
+            seen.push((format!("mlp gradient, batch {batch}"), fingerprint(&g) ^ loss.to_bits()));
+        }
+        let e = mlp.evaluate(&p);
+        seen.push(("mlp evaluation".into(), e.loss.to_bits() ^ e.accuracy.unwrap().to_bits()));
+        let resnet = BurnNet::new(NetKind::ResNet20, data(), 5);
+        let q = resnet.init();
+        let mut g = vec![0.0; q.len()];
+        let loss = resnet.gradient(&q, GradRequest { worker: 0, batch: 2, seed: 3 }, &mut g);
+        seen.push(("resnet20 gradient, batch 2".into(), fingerprint(&g) ^ loss.to_bits()));
+        let expected: [u64; 4] =
+            [0x0cae_36f9_e58e_1f1f, 0x2599_71ef_38f1_3f2f, 0x7fc4_2986_420c_49ba, 0x1c37_a7d8_b6c2_3832];
+        let wrong: Vec<String> = seen
+            .iter()
+            .zip(expected)
+            .filter(|((_, got), want)| got != want)
+            .map(|((what, got), want)| format!("{what}: {got:#018x}, recorded {want:#018x}"))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     #[test]
     fn a_flat_round_trip_is_bit_exact() {
         for kind in [NetKind::Mlp { hidden: vec![64] }, NetKind::Cnn, NetKind::ResNet20] {
