@@ -71,9 +71,7 @@ pub trait Workload: Send + Sync {
     /// As [`Workload::gradient_shared`], into a vector of its own: the same bits. A workload
     /// that writes every element may skip zeroing the vector first.
     fn gradient_owned(&self, params: &std::sync::Arc<Vec<f32>>, req: GradRequest) -> (Vec<f32>, f64) {
-        let mut grad = vec![0.0; params.len()];
-        let loss = self.gradient_shared(params, req, &mut grad);
-        (grad, loss)
+        gradient_zeroed(self, params, req)
     }
     /// Evaluates `params`.
     fn evaluate(&self, params: &[f32]) -> Evaluation;
@@ -90,6 +88,18 @@ pub trait Workload: Send + Sync {
     fn message_bytes(&self) -> u64 {
         4 * self.param_count() as u64
     }
+}
+
+/// [`Workload::gradient_shared`] into a zeroed vector of its own: what
+/// [`Workload::gradient_owned`] does unless a workload knows better.
+pub fn gradient_zeroed<W: Workload + ?Sized>(
+    workload: &W,
+    params: &std::sync::Arc<Vec<f32>>,
+    req: GradRequest,
+) -> (Vec<f32>, f64) {
+    let mut grad = vec![0.0; params.len()];
+    let loss = workload.gradient_shared(params, req, &mut grad);
+    (grad, loss)
 }
 
 /// The generator of one gradient job.

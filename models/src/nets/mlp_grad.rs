@@ -77,8 +77,9 @@ fn matmul(
 fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
     let mut v = Vec::with_capacity(len);
     fill(&mut v.spare_capacity_mut()[..len]);
-    // SAFETY: every caller's `fill` writes all `len` elements (`matmul` writes its whole m×n
-    // output; `write` below covers the rest), so the first `len` elements are initialised.
+    // SAFETY: every caller's `fill` writes all `len` elements (`matmul` its whole m×n product;
+    // `gradient_into` every weight by `matmul` and every bias by `write`, the layers tiling the
+    // vector as it asserts), so the first `len` elements are initialised.
     #[allow(unsafe_code)]
     unsafe {
         v.set_len(len)

@@ -453,9 +453,7 @@ impl Workload for BurnNet {
             let (x, y) = gather(&self.data.train, &self.minibatch(req));
             return mlp_grad::gradient_owned(&widths(hidden, 784, 10), params, &x, &y);
         }
-        let mut grad = vec![0.0; params.len()];
-        let loss = self.gradient_shared(params, req, &mut grad);
-        (grad, loss)
+        crate::gradient_zeroed(self, params, req)
     }
     fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
         self.parts.as_ref().map(|p| p.1.clone())
