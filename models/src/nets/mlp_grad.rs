@@ -216,7 +216,7 @@ mod tests {
             let labels: Vec<i64> = (0..n as i64).map(|i| i % 10).collect();
             let mut out = vec![MaybeUninit::new(f32::NAN); count];
             let loss = gradient_into(&widths, &params, &x, &labels, &mut out);
-            let written: Vec<f32> = out.iter().map(|v| read_initialised(v)).collect();
+            let written: Vec<f32> = out.iter().map(read_initialised).collect();
             assert!(written.iter().all(|g| g.is_finite()), "{widths:?}: an element left unwritten");
             let (owned, l2) = gradient_owned(&widths, &params, &x, &labels);
             let bits = |v: &[f32]| v.iter().map(|g| g.to_bits()).collect::<Vec<_>>();
