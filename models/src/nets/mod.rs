@@ -389,6 +389,14 @@ impl BurnNet {
         &self.kind
     }
 
+    /// For an MLP on the CPU, the one network whose gradient takes [`mlp_grad`]: its layer
+    /// widths and the job's minibatch (images, labels). `None` for every other network.
+    fn lean_mlp_batch(&self, req: GradRequest) -> Option<(Vec<usize>, Vec<f32>, Vec<i64>)> {
+        let (Device::Cpu, NetKind::Mlp { hidden }) = (self.device, &self.kind) else { return None };
+        let (x, y) = gather(&self.data.train, &self.minibatch(req));
+        Some((widths(hidden, 784, 10), x, y))
+    }
+
     fn calibration_indices(&self) -> Vec<usize> {
         let mut rng = job_rng(BN_SEED);
         let n = self.data.train.len();
@@ -433,9 +441,8 @@ impl Workload for BurnNet {
         with_net!(&self.kind, Flex, &device, 1, 10, 0.1, net => flat::to_flat(&flat::init(net, &mut rng)))
     }
     fn gradient(&self, params: &[f32], req: GradRequest, grad: &mut [f32]) -> f64 {
-        if let (Device::Cpu, NetKind::Mlp { hidden }) = (self.device, &self.kind) {
-            let (x, y) = gather(&self.data.train, &self.minibatch(req));
-            return mlp_grad::gradient(&widths(hidden, 784, 10), params, &x, &y, grad);
+        if let Some((widths, x, y)) = self.lean_mlp_batch(req) {
+            return mlp_grad::gradient(&widths, params, &x, &y, grad);
         }
         self.gradient_autodiff(params, req, grad)
     }
@@ -449,9 +456,8 @@ impl Workload for BurnNet {
             grad_reusing(net, params, &self.data.train, &idx, grad, dev))
     }
     fn gradient_owned(&self, params: &Arc<Vec<f32>>, req: GradRequest) -> (Vec<f32>, f64) {
-        if let (Device::Cpu, NetKind::Mlp { hidden }) = (self.device, &self.kind) {
-            let (x, y) = gather(&self.data.train, &self.minibatch(req));
-            return mlp_grad::gradient_owned(&widths(hidden, 784, 10), params, &x, &y);
+        if let Some((widths, x, y)) = self.lean_mlp_batch(req) {
+            return mlp_grad::gradient_owned(&widths, params, &x, &y);
         }
         crate::gradient_zeroed(self, params, req)
     }
