@@ -80,7 +80,8 @@ pub struct EasgdWorker {
     batch: usize,
     opt_cfg: OptimizerConfig,
     centre: usize,
-    x: Vec<f32>,
+    /// The replica, shared with the gradient job that reads it (copied on write).
+    x: Arc<Vec<f32>>,
     opt: Sgd,
     steps: u64,
     job: Option<JobId>,
@@ -97,7 +98,7 @@ impl EasgdWorker {
             batch,
             opt_cfg: opt,
             centre,
-            x: Vec::new(),
+            x: Arc::default(),
             opt: Sgd::new(opt, 0, 1),
             steps: 0,
             job: None,
@@ -108,7 +109,7 @@ impl EasgdWorker {
     }
 
     fn compute(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        self.job = Some(ctx.start_gradient(Arc::new(self.x.clone()), self.batch));
+        self.job = Some(ctx.start_gradient(self.x.clone(), self.batch));
     }
 
     fn wait_for_centre(&mut self, ctx: &mut dyn Context<EasgdMsg>, msg: EasgdMsg, bytes: u64) {
@@ -130,7 +131,7 @@ impl Protocol for EasgdWorker {
     type Msg = EasgdMsg;
 
     fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        self.x = ctx.workload().init();
+        self.x = Arc::new(ctx.workload().init());
         self.opt = Sgd::new(self.opt_cfg, self.x.len(), 1);
         if std::mem::take(&mut self.restarted) {
             self.wait_for_centre(ctx, EasgdMsg::Fetch, 64);
@@ -144,8 +145,8 @@ impl Protocol for EasgdWorker {
             return; // a late answer to an exchange that timed out
         }
         match msg {
-            EasgdMsg::Diff { diff } => self.x.iter_mut().zip(&diff).for_each(|(x, d)| *x -= d),
-            EasgdMsg::Centre { c } => self.x = c,
+            EasgdMsg::Diff { diff } => Arc::make_mut(&mut self.x).iter_mut().zip(&diff).for_each(|(x, d)| *x -= d),
+            EasgdMsg::Centre { c } => self.x = Arc::new(c),
             _ => return,
         }
         self.resume(ctx);
@@ -163,12 +164,12 @@ impl Protocol for EasgdWorker {
             return;
         }
         self.job = None;
-        self.opt.apply(&mut self.x, &grad);
+        self.opt.apply(Arc::make_mut(&mut self.x).as_mut_slice(), &grad);
         self.steps += 1;
         ctx.record_update(0);
         if self.steps.is_multiple_of(self.cfg.tau) {
             let bytes = ctx.workload().message_bytes();
-            self.wait_for_centre(ctx, EasgdMsg::Exchange { x: self.x.clone() }, bytes);
+            self.wait_for_centre(ctx, EasgdMsg::Exchange { x: Vec::clone(&self.x) }, bytes);
         } else {
             self.compute(ctx);
         }

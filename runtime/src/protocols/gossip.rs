@@ -253,6 +253,16 @@ impl GossipNode {
     }
 }
 
+/// Replaces `x` by `(x + peer) / 2`, element by element: in place when nothing else holds `x`,
+/// else into a fresh vector (the same bits, without first copying `x` only to overwrite it).
+fn average_into(x: &mut Arc<Vec<f32>>, peer: &[f32]) {
+    debug_assert_eq!(x.len(), peer.len(), "replicas of unequal lengths");
+    match Arc::get_mut(x) {
+        Some(own) => own.iter_mut().zip(peer).for_each(|(a, b)| *a = (*a + b) * 0.5),
+        None => *x = Arc::new(x.iter().zip(peer).map(|(a, b)| (a + b) * 0.5).collect()),
+    }
+}
+
 /// Splits `v` in two: returns `floor(v/2)` and keeps the rest, so the two parts sum to `v` exactly.
 fn split(v: &mut i64) -> i64 {
     let half = v.div_euclid(2);
@@ -302,7 +312,7 @@ impl Protocol for GossipNode {
                     self.x = x;
                     self.compute(ctx);
                 } else {
-                    Arc::make_mut(&mut self.x).iter_mut().zip(x.iter()).for_each(|(a, b)| *a = (*a + b) * 0.5);
+                    average_into(&mut self.x, &x);
                 }
             }
             GossipMsg::PushAck { seq } => {
@@ -394,5 +404,30 @@ impl Protocol for GossipNode {
         } else {
             View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pull_average_never_writes_a_replica_another_holder_reads() {
+        let mine = vec![1.0f32, -2.5, 3.0e-8, f32::MAX];
+        let peer = [0.5f32, 7.25, -1.0e-8, f32::MAX];
+        let expect: Vec<u32> = mine.iter().zip(&peer).map(|(a, b)| ((a + b) * 0.5).to_bits()).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // Held alone: averaged in place.
+        let mut alone = Arc::new(mine.clone());
+        let at = Arc::as_ptr(&alone);
+        average_into(&mut alone, &peer);
+        assert_eq!(bits(&alone), expect);
+        assert!(std::ptr::eq(at, Arc::as_ptr(&alone)), "a replica held alone is averaged in place");
+        // Shared with a gradient job: a fresh vector, the job's parameters untouched.
+        let mut shared = Arc::new(mine.clone());
+        let job = shared.clone();
+        average_into(&mut shared, &peer);
+        assert_eq!(bits(&shared), expect);
+        assert_eq!(bits(&job), bits(&mine), "the job's parameters changed under it");
     }
 }
