@@ -71,19 +71,18 @@ fn matmul(
     }
 }
 
-/// A fresh `len`-element vector filled by `fill`, which must write every element of the slice
-/// it is given (it is not zeroed first: zeroing a gradient's 400 kB costs as much as a tenth of
-/// computing it).
-fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+/// A fresh `len`-element vector filled by `fill` (it is not zeroed first: zeroing a gradient's
+/// 400 kB costs as much as a tenth of computing it).
+///
+/// # Safety
+/// `fill` must write every element of the slice it is given; the vector's length is then set to
+/// `len` without checking, so an element left unwritten would be read as uninitialised memory.
+#[allow(unsafe_code)]
+unsafe fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
     let mut v = Vec::with_capacity(len);
     fill(&mut v.spare_capacity_mut()[..len]);
-    // SAFETY: every caller's `fill` writes all `len` elements (`matmul` its whole m×n product;
-    // `gradient_into` every weight by `matmul` and every bias by `write`, the layers tiling the
-    // vector as it asserts), so the first `len` elements are initialised.
-    #[allow(unsafe_code)]
-    unsafe {
-        v.set_len(len)
-    };
+    // SAFETY: the caller's contract: `fill` wrote all `len` elements.
+    unsafe { v.set_len(len) };
     v
 }
 
@@ -133,7 +132,10 @@ pub fn gradient(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], out
 /// the same bits.
 pub fn gradient_owned(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64]) -> (Vec<f32>, f64) {
     let mut loss = 0.0;
-    let g = filled(params.len(), |out| loss = gradient_into(widths, params, x, labels, out));
+    // SAFETY: `gradient_into` writes every element of `out` (every weight by `matmul`, every
+    // bias by `column_sums`, the layers tiling the vector as it asserts).
+    #[allow(unsafe_code)]
+    let g = unsafe { filled(params.len(), |out| loss = gradient_into(widths, params, x, labels, out)) };
     (g, loss)
 }
 
@@ -162,7 +164,9 @@ fn gradient_into(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], ou
         let (i, o) = (widths[l], widths[l + 1]);
         let input: &[f32] = if l == 0 { x } else { &acts[l - 1] };
         // burn's linear: x [n, i] · W [i, o], both contiguous, then + bias broadcast over rows.
-        let mut y = filled(n * o, |y| matmul(n, o, i, y, input, 1, i, &params[weight(l)], 1, o));
+        // SAFETY: `matmul` writes its whole m×n product.
+        #[allow(unsafe_code)]
+        let mut y = unsafe { filled(n * o, |y| matmul(n, o, i, y, input, 1, i, &params[weight(l)], 1, o)) };
         let b = &params[bias(l)];
         for row in y.chunks_exact_mut(o) {
             row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
@@ -187,7 +191,9 @@ fn gradient_into(widths: &[usize], params: &[f32], x: &[f32], labels: &[i64], ou
         column_sums(&g, n, o, &mut out[bias(l)]);
         if l > 0 {
             // linear_x_backward: g [n, o] · swap_dims(W) [o, i] (strides 1, o).
-            let mut dx = filled(n * i, |dx| matmul(n, i, o, dx, &g, 1, o, &params[weight(l)], o, 1));
+            // SAFETY: `matmul` writes its whole m×n product.
+            #[allow(unsafe_code)]
+            let mut dx = unsafe { filled(n * i, |dx| matmul(n, i, o, dx, &g, 1, o, &params[weight(l)], o, 1)) };
             // relu_backward against the ReLU's output.
             dx.iter_mut().zip(&acts[l - 1]).for_each(|(d, &a)| *d = if a > 0.0 { *d } else { 0.0 });
             g = dx;
