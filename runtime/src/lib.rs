@@ -25,7 +25,8 @@
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
 //! - [`error`]: configuration errors with paths relative to the checked configuration.
 //! - [`wire`]: how message vectors are serialised for real runs (one block of bytes).
-//! - [`cancel`]: the Ctrl-C flag; [`testkit`]: a recording `Context` for protocol tests.
+//! - [`cancel`]: the Ctrl-C flag; `testkit` (feature `testkit`, or in tests): a recording `Context`
+//!   for protocol tests.
 
 pub mod cancel;
 pub mod collectives;
@@ -41,6 +42,7 @@ pub mod protocol;
 pub mod protocols;
 pub mod runner;
 pub mod sim_exec;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod timing;
 pub mod train;
