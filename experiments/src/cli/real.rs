@@ -1,0 +1,54 @@
+//! `dsgd real`: a spec run for real, one MPI process per rank (`mpirun -np N dsgd real SPEC`).
+
+use super::out::Out;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `dsgd real SPEC`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec (JSON).
+    spec: PathBuf,
+    /// Output folder (default runs/<name>-real).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Override a field (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    sets: Vec<String>,
+}
+
+/// Without MPI: says how to rebuild.
+#[cfg(not(feature = "mpi"))]
+pub fn run(_: Args, _: Out) -> Result<ExitCode, String> {
+    Err(super::mpi::NO_MPI.into())
+}
+
+/// Runs the spec on this MPI job's ranks; rank 0 writes the run folder and prints the summary.
+#[cfg(feature = "mpi")]
+pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+    use super::out::say;
+    use dsgd_experiments::real;
+    use mpi::topology::Communicator;
+    let spec = dsgd_experiments::load::spec_from_file(&a.spec, &a.sets).map_err(|e| e.to_string())?;
+    real::for_real(&spec)?;
+    let universe = real::init()?;
+    let world = universe.world();
+    let dest = a.out.unwrap_or_else(|| PathBuf::from(format!("runs/{}-real", spec.name)));
+    if world.rank() == 0 && dest.exists() {
+        world.abort(2);
+    }
+    if let Some(s) = real::real(&world, &spec, &dest)? {
+        say!(out, "{} with {} nodes for real on {} MPI ranks: {}", s.algorithm, s.nodes, world.size(), s.stop_reason);
+        say!(
+            out,
+            "  {:.3} s wall; {} updates ({:.1}/s); mean iteration {}; final loss {}",
+            s.sim_time_s,
+            s.updates,
+            s.updates_per_s,
+            s.iteration_time_s.as_ref().map_or("-".into(), |t| format!("{:.4} s", t.mean)),
+            s.final_loss.map_or("-".into(), |l| format!("{l:.6}"))
+        );
+        say!(out, "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv}}", dest.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,139 @@
+//! `dsgd run`: one spec, or with no spec the embedded default comparison of every algorithm.
+
+use super::out::{say, Out};
+use super::sweep::{finish_sweep, interrupted, sweep_json, sweep_report};
+use dsgd_experiments::execute::{execute, write_run};
+use dsgd_experiments::load::{self, spec_from_file};
+use dsgd_experiments::output::fresh_dir;
+use dsgd_experiments::sweep;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The embedded default: a small comparison of every algorithm on the noisy quadratic.
+const DEFAULT_SWEEP: &str = include_str!("../../specs/default_sweep.json");
+
+/// `dsgd run [SPEC]`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec (JSON). Omit it for the embedded default.
+    spec: Option<PathBuf>,
+    /// Output folder (default runs/<name>, or runs/<name>-2... if taken).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Override a field: --set network.latency_us=50 (repeatable; values are JSON).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    sets: Vec<String>,
+    /// Also write a Chrome trace (trace.json; open it in Perfetto). Needs a spec.
+    #[arg(long)]
+    trace: bool,
+    /// Parallel runs for the default comparison (default: all cores). Only without a spec.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Print the summary (or, for the default comparison, the sweep's outcome) as JSON only.
+    #[arg(long)]
+    pub json: bool,
+    /// Run even if the estimated memory exceeds what this machine has available.
+    #[arg(long)]
+    force: bool,
+}
+
+/// Runs the spec, or the embedded default when none is given.
+pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+    match a.spec {
+        Some(_) if a.jobs.is_some() => {
+            Err("--jobs applies to the default comparison (dsgd run with no spec); a single run uses one core".into())
+        }
+        None if a.trace => {
+            Err("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces".into())
+        }
+        Some(spec) => run_one(&spec, a.out, &a.sets, a.trace, a.force, out),
+        None => run_default(a.out, &a.sets, a.jobs.unwrap_or_else(super::cores), out),
+    }
+}
+
+fn run_one(
+    path: &Path,
+    dest: Option<PathBuf>,
+    sets: &[String],
+    trace: bool,
+    force: bool,
+    out: Out,
+) -> Result<ExitCode, String> {
+    let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+    if !force {
+        dsgd_experiments::bounds::check_memory(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let dest = dest.unwrap_or_else(|| fresh_dir(&Path::new("runs").join(&spec.name)));
+    if dest.exists() {
+        return Err(format!("{} already exists; choose another --out (nothing was run)", dest.display()));
+    }
+    let outcome = execute(&spec, trace)?;
+    let dir = write_run(&dest, &spec, &outcome)?;
+    let s = &outcome.summary;
+    say!(out, "{} with {} nodes, seed {}: {}", s.algorithm, s.nodes, s.seed, s.stop_reason);
+    say!(
+        out,
+        "  simulated {:.3} s in {:.2} s wall; {} updates ({:.1}/s); final loss {}; accuracy {}; time to target {}",
+        s.sim_time_s,
+        s.wall_time_s,
+        s.updates,
+        s.updates_per_s,
+        s.final_loss.map_or("-".into(), |l| format!("{l:.6}")),
+        s.final_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
+        s.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.3} s")),
+    );
+    if let Some(d) = &s.diverged {
+        say!(
+            out,
+            "  diverged at {:.3} s (loss {}); lower optimizer.lr",
+            d.time_s,
+            d.loss.map_or("not a number".into(), |l| format!("{l:.4e}"))
+        );
+    }
+    if s.evaluations_without_model > 0 {
+        say!(
+            out,
+            "  {} evaluations had no model to score (no live replica, or a server shard down): no loss, no target",
+            s.evaluations_without_model
+        );
+    }
+    say!(out, "  digest {}  ({} events)", s.digest, s.events);
+    say!(
+        out,
+        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}}}",
+        dir.display(),
+        if outcome.result.recording.is_some() { ",gradient_times.csv" } else { "" },
+        if trace { ",trace.json" } else { "" }
+    );
+    if out.json_mode() {
+        let mut v = serde_json::to_value(s).expect("serialises");
+        v["dir"] = dir.display().to_string().into();
+        out.json(&v);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) -> Result<ExitCode, String> {
+    let mut sweep_spec: sweep::SweepSpec =
+        serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
+    for s in sets {
+        let (k, v) = load::parse_assignment(s)?;
+        load::set_path(&mut sweep_spec.base, &k, v)?;
+    }
+    let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
+    let dest = dest.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
+    say!(
+        out,
+        "Comparing every algorithm on the noisy quadratic: {} runs, {jobs} at a time, into {}",
+        points.len(),
+        dest.display()
+    );
+    let report = sweep::run(&sweep_spec, &points, &dest, jobs, !out.json_mode(), false)?;
+    if let Some(code) = interrupted(&report, points.len(), &format!("dsgd run --out {}", dest.display())) {
+        return Ok(code);
+    }
+    let code = sweep_report(&report, out);
+    let runs = finish_sweep(&dest, true, out)?;
+    sweep_json(&dest, &report, &runs, out);
+    Ok(code)
+}
