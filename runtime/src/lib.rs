@@ -15,6 +15,8 @@
 //! - [`optimizer`]: SGD with momentum, Nesterov, weight decay, schedules.
 //! - [`runner`]: an algorithm's configuration and the roles it builds for an executor.
 //! - [`train`]: the training configuration and the stopping rule.
+//! - `host`: the per-rank core both executors share (the context a protocol sees, crash,
+//!   restart, gradient hand-over, random streams); an executor supplies only a `Driver`.
 //! - [`sim_exec`]: the simulator executor; `mpi_exec`: the MPI executor (its loop in `mod.rs`,
 //!   its non-blocking sends in `outbox.rs`).
 //! - [`outcome`]: what a finished run reports, whichever executor ran it.
@@ -33,6 +35,7 @@ pub mod collectives;
 pub mod consensus;
 pub mod error;
 pub mod gradient_pool;
+mod host;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;

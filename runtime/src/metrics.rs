@@ -25,6 +25,30 @@ pub struct Sample {
     pub live: usize,
 }
 
+impl Sample {
+    /// An evaluation at `time_s` of the consensus model, scored as `eval` (`None`: no model),
+    /// with the replicas' `distance` from it, each replica's loss (`node_losses`, or none), the
+    /// `updates` applied so far and the `live` nodes.
+    pub fn scored(
+        time_s: f64,
+        eval: Option<dsgd_models::Evaluation>,
+        distance: f64,
+        node_losses: Vec<Option<f64>>,
+        updates: u64,
+        live: usize,
+    ) -> Self {
+        Sample {
+            time_s,
+            loss: eval.as_ref().map(|e| e.loss),
+            accuracy: eval.and_then(|e| e.accuracy),
+            consensus_distance: distance,
+            node_losses,
+            updates,
+            live,
+        }
+    }
+}
+
 /// How a node spent its time, in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeBreakdown {

@@ -28,6 +28,18 @@ impl StopRule {
         self.target_loss.is_some_and(|t| s.loss.is_some_and(|l| l <= t))
             || self.target_accuracy.is_some_and(|t| s.accuracy.is_some_and(|a| a >= t))
     }
+
+    /// The counted rule that `metrics` meets, if any: the iterations first, then the updates.
+    pub fn counted(&self, metrics: &crate::metrics::Metrics) -> Option<crate::outcome::StopReason> {
+        use crate::outcome::StopReason;
+        if self.iterations.is_some_and(|n| metrics.iterations() >= n) {
+            Some(StopReason::Iterations)
+        } else if self.updates.is_some_and(|n| metrics.updates >= n) {
+            Some(StopReason::Updates)
+        } else {
+            None
+        }
+    }
 }
 
 impl Default for StopRule {

@@ -7,121 +7,33 @@
 //! rule and folds every evaluated loss and the final parameters into the engine's digest, so a
 //! replay checks the arithmetic too.
 
+mod driver;
+mod guard;
+
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
-use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};
-use crate::metrics::{report_through_ledger, Ledger, Metrics, Note, Sample, State, TimeAccount};
+use crate::gradient_pool::GradientPool;
+use crate::host::{Host, RankCore};
+use crate::metrics::{Metrics, Sample};
 use crate::outcome::{RunResult, StopReason};
-use crate::protocol::{Context, JobId, Phase, Protocol, Report, View};
+use crate::protocol::{Protocol, View};
 use crate::timing::{GradientTiming, Recording};
 use crate::train::TrainConfig;
+use driver::{GradientDurations, Job, SimDriver};
 use dsgd_models::Workload;
-use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime, StreamRng};
-use rand::RngCore;
+use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime};
+use guard::Guard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// A gradient job in flight: its input, computed when it completes, or handed to the pool.
-enum Job {
-    /// Computed on the simulator's thread when it completes.
-    Inline(GradientInput),
-    /// Computed already (timed when it started, under measured timing).
-    Ready(usize, GradientOutput),
-    /// Handed to the background threads.
-    Pooled(Arc<Task>),
-}
-
-impl Job {
-    fn node(&self) -> usize {
-        match self {
-            Job::Inline(i) => i.node,
-            Job::Ready(node, _) => *node,
-            Job::Pooled(t) => t.node(),
-        }
-    }
-}
-
-/// Stops a run that is interrupted (Ctrl-C, checked every 4,096 events) or whose time cannot
-/// advance ([`dsgd_sim::STALL_EVENTS`] events at one instant).
-#[derive(Default)]
-struct Guard {
-    instant: SimTime,
-    at_instant: u64,
-    handled: u64,
-}
-
-impl Guard {
-    fn check(&mut self, now: SimTime) -> Result<(), SimError> {
-        self.handled += 1;
-        if self.handled & 0xFFF == 0 && crate::cancel::requested() {
-            return Err(SimError::Interrupted { at: now });
-        }
-        if now == self.instant {
-            self.at_instant += 1;
-            if self.at_instant > dsgd_sim::STALL_EVENTS {
-                return Err(SimError::Stalled { at: now, events: self.at_instant });
-            }
-        } else {
-            (self.instant, self.at_instant) = (now, 1);
-        }
-        Ok(())
-    }
-}
-
-/// The gradient timing of a run and what it has used so far.
-struct GradientDurations {
-    mode: GradientTiming,
-    used: Recording,
-    /// The first replay entry that was missing.
-    error: Option<String>,
-}
-
-impl GradientDurations {
-    /// The duration of `rank`'s next gradient, or `None` under the compute model; under measured
-    /// timing the job is computed here and `result` holds it.
-    fn next(
-        &mut self,
-        rank: usize,
-        job: &GradientInput,
-        result: &mut Option<GradientOutput>,
-        workload: &dyn Workload,
-    ) -> Option<SimDuration> {
-        if matches!(self.mode, GradientTiming::Model) {
-            return None;
-        }
-        let k = self.used.per_rank[rank].len();
-        let ns = match &self.mode {
-            GradientTiming::Model => return None,
-            GradientTiming::Measure => {
-                // The one read of the wall clock on the simulated path: recorded for replay.
-                let started = std::time::Instant::now();
-                *result = Some(job.compute(workload));
-                started.elapsed().as_nanos().max(1) as u64
-            }
-            GradientTiming::Replay(rec) => match rec.per_rank.get(rank).and_then(|v| v.get(k)) {
-                Some(&ns) => ns,
-                None => {
-                    self.error.get_or_insert_with(|| {
-                        format!("the recording has no duration for gradient {k} of rank {rank}; it was made by another spec")
-                    });
-                    1
-                }
-            },
-        };
-        self.used.per_rank[rank].push(ns);
-        Some(SimDuration(ns))
-    }
-}
 
 /// Drives a protocol on the simulator.
 pub struct SimExecutor<P: Protocol> {
     sim: Sim<P::Msg>,
     roles: Vec<P>,
+    /// Each rank's streams and time account.
+    cores: Vec<RankCore>,
     workload: Arc<dyn Workload>,
     train: TrainConfig,
     jobs: BTreeMap<u64, Job>,
-    data_rngs: Vec<StreamRng>,
-    proto_rngs: Vec<StreamRng>,
-    clocks: Vec<TimeAccount>,
     metrics: Metrics,
     threads: usize,
     /// Background threads for gradients (real networks on the CPU, `threads` > 1, modelled timing).
@@ -129,78 +41,6 @@ pub struct SimExecutor<P: Protocol> {
     timing: GradientDurations,
     /// The timeline's window (`train.eval.timeline_s`), converted once.
     window: SimTime,
-}
-
-/// The context handed to a handler: split borrows of the executor.
-struct Ctx<'a, M> {
-    rank: usize,
-    sim: &'a mut Sim<M>,
-    workload: &'a dyn Workload,
-    jobs: &'a mut BTreeMap<u64, Job>,
-    data_rng: &'a mut StreamRng,
-    proto_rng: &'a mut StreamRng,
-    clock: &'a mut TimeAccount,
-    metrics: &'a mut Metrics,
-    window: SimTime,
-    timing: &'a mut GradientDurations,
-    pool: Option<&'a GradientPool>,
-}
-
-impl<M> Ctx<'_, M> {
-    fn ledger(&mut self) -> Ledger<'_> {
-        Ledger { rank: self.rank, clock: self.clock, metrics: self.metrics, window: self.window }
-    }
-    fn ledger_now(&self) -> SimTime {
-        self.sim.now()
-    }
-}
-
-impl<M> Context<M> for Ctx<'_, M> {
-    fn now(&self) -> SimTime {
-        self.sim.now()
-    }
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn ranks(&self) -> usize {
-        self.sim.nodes()
-    }
-    fn send(&mut self, to: usize, msg: M, bytes: u64) {
-        self.metrics.record_send(self.rank, bytes);
-        self.sim.send(self.rank, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
-    }
-    fn set_timer(&mut self, after: SimDuration, tag: u64) {
-        self.sim.set_timer(self.rank, after, tag).expect("a live node sets timers");
-    }
-    fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId {
-        let seed = self.data_rng.next_u64();
-        let input = GradientInput { node: self.rank, params, batch, seed };
-        let mut result = None;
-        let (job, due) = match self.timing.next(self.rank, &input, &mut result, self.workload) {
-            None => self.sim.start_compute(self.rank, 1.0),
-            Some(took) => self.sim.start_compute_measured(self.rank, took),
-        }
-        .expect("a live node computes");
-        let j = match (result, self.pool) {
-            (Some(out), _) => Job::Ready(self.rank, out),
-            (None, Some(pool)) => Job::Pooled(pool.submit(due.as_nanos(), job.0, input)),
-            (None, None) => Job::Inline(input),
-        };
-        self.jobs.insert(job.0, j);
-        let now = self.sim.now();
-        self.ledger().phase(now, Phase::Computing);
-        job
-    }
-    fn workload(&self) -> &dyn Workload {
-        self.workload
-    }
-    fn random(&mut self) -> u64 {
-        self.proto_rng.next_u64()
-    }
-}
-
-impl<M> Report for Ctx<'_, M> {
-    report_through_ledger!();
 }
 
 impl<P: Protocol> SimExecutor<P> {
@@ -215,19 +55,16 @@ impl<P: Protocol> SimExecutor<P> {
             return Err(SimError::config("nodes", format!("{} roles for {} nodes", roles.len(), sim.nodes)));
         }
         let engine = Sim::new(sim)?;
-        let data_rngs = (0..sim.nodes).map(|r| engine.streams().stream("data", r as u64)).collect();
-        let proto_rngs = (0..sim.nodes).map(|r| engine.streams().stream("protocol", r as u64)).collect();
+        let cores = (0..sim.nodes).map(|r| RankCore::new(engine.streams(), r)).collect();
         let window = SimTime::from_secs_f64(train.eval.timeline_s);
         Ok(SimExecutor {
             window,
             sim: engine,
-            clocks: vec![TimeAccount::new(); roles.len()],
+            cores,
             roles,
             workload,
             train,
             jobs: BTreeMap::new(),
-            data_rngs,
-            proto_rngs,
             metrics: Metrics::default(),
             threads: crate::gradient_pool::threads(),
             pool: None,
@@ -241,21 +78,19 @@ impl<P: Protocol> SimExecutor<P> {
         self
     }
 
-    fn with_ctx(&mut self, rank: usize, f: impl FnOnce(&mut P, &mut dyn Context<P::Msg>)) {
-        let mut ctx = Ctx {
-            rank,
-            sim: &mut self.sim,
-            workload: &*self.workload,
-            jobs: &mut self.jobs,
-            data_rng: &mut self.data_rngs[rank],
-            proto_rng: &mut self.proto_rngs[rank],
-            clock: &mut self.clocks[rank],
+    /// Rank `rank`'s role and the host core's context for a handler call on it.
+    fn host(&mut self, rank: usize) -> (&mut P, Host<'_, P::Msg, SimDriver<'_, P::Msg>>) {
+        let driver =
+            SimDriver { sim: &mut self.sim, jobs: &mut self.jobs, timing: &mut self.timing, pool: self.pool.as_ref() };
+        let host = Host {
+            core: &mut self.cores[rank],
             metrics: &mut self.metrics,
             window: self.window,
-            timing: &mut self.timing,
-            pool: self.pool.as_ref(),
+            workload: &*self.workload,
+            driver,
+            msg: std::marker::PhantomData,
         };
-        f(&mut self.roles[rank], &mut ctx);
+        (&mut self.roles[rank], host)
     }
 
     /// The roles (for inspection after a run).
@@ -284,15 +119,9 @@ impl<P: Protocol> SimExecutor<P> {
             if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { Vec::new() };
         self.sim.absorb(eval.as_ref().map_or(NO_MODEL, |e| e.loss.to_bits()));
         self.sim.absorb(c.distance.to_bits());
-        let sample = Sample {
-            time_s: self.sim.now().as_secs_f64(),
-            loss: eval.as_ref().map(|e| e.loss),
-            accuracy: eval.and_then(|e| e.accuracy),
-            consensus_distance: c.distance,
-            node_losses,
-            updates: self.metrics.updates,
-            live: (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count(),
-        };
+        let live = (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count();
+        let sample =
+            Sample::scored(self.sim.now().as_secs_f64(), eval, c.distance, node_losses, self.metrics.updates, live);
         (sample, c.model)
     }
 
@@ -314,25 +143,22 @@ impl<P: Protocol> SimExecutor<P> {
         })
     }
 
-    fn switch(&mut self, rank: usize, now: SimTime, to: State) {
-        self.clocks[rank].switch(now, to, rank, self.window, &mut self.metrics.timeline);
-    }
-
-    fn dispatch(&mut self, now: SimTime, occ: Occurrence<P::Msg>) {
+    fn dispatch(&mut self, occ: Occurrence<P::Msg>) {
         match occ {
-            Occurrence::Timer { node, tag, .. } => self.with_ctx(node, |p, c| p.on_timer(c, tag)),
-            Occurrence::Message { from, to, payload, .. } => self.with_ctx(to, |p, c| p.on_message(c, from, payload)),
+            Occurrence::Timer { node, tag, .. } => {
+                let (p, mut c) = self.host(node);
+                p.on_timer(&mut c, tag);
+            }
+            Occurrence::Message { from, to, payload, .. } => {
+                let (p, mut c) = self.host(to);
+                p.on_message(&mut c, from, payload);
+            }
             Occurrence::ComputeDone { node, job, .. } => {
                 let j = self.jobs.remove(&job.0).expect("every job is recorded");
                 debug_assert_eq!(j.node(), node);
-                let (grad, loss) = match j {
-                    Job::Ready(_, out) => out,
-                    Job::Inline(input) => input.compute(&*self.workload),
-                    Job::Pooled(task) => self.pool.as_ref().expect("pooled jobs have a pool").take(&task),
-                };
-                self.metrics.gradients += 1;
-                self.switch(node, now, State::Phase(Phase::Idle));
-                self.with_ctx(node, |p, c| p.on_gradient(c, job, grad, loss));
+                let (grad, loss) = j.output(&*self.workload, self.pool.as_ref());
+                let (p, c) = self.host(node);
+                c.gradient_done(p, job, grad, loss);
             }
             Occurrence::Crashed { node } => {
                 let pool = self.pool.as_ref();
@@ -343,17 +169,12 @@ impl<P: Protocol> SimExecutor<P> {
                     }
                     keep
                 });
-                self.switch(node, now, State::Crashed);
-                self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "crashed".into() });
-                self.roles[node].on_crash();
+                let (p, c) = self.host(node);
+                c.crashed(p);
             }
             Occurrence::Restarted { node } => {
-                self.switch(node, now, State::Phase(Phase::Idle));
-                self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: node, what: "restarted".into() });
-                self.with_ctx(node, |p, c| {
-                    p.on_restart(c);
-                    p.on_start(c);
-                });
+                let (p, c) = self.host(node);
+                c.restarted(p);
             }
         }
     }
@@ -367,8 +188,8 @@ impl<P: Protocol> SimExecutor<P> {
         let grace = self.metrics.iteration_times.last().copied().unwrap_or_default();
         let until = now + grace;
         while !self.every_live_rank_completed(n) {
-            let Some((at, occ)) = self.sim.step_until(until) else { break };
-            self.dispatch(at, occ);
+            let Some((_, occ)) = self.sim.step_until(until) else { break };
+            self.dispatch(occ);
             if let Some(e) = self.timing.error.take() {
                 return Err(SimError::config("compute.gradient_time", e));
             }
@@ -392,7 +213,8 @@ impl<P: Protocol> SimExecutor<P> {
             self.pool = Some(GradientPool::new(self.workload.clone(), self.threads));
         }
         for r in 0..self.roles.len() {
-            self.with_ctx(r, |p, c| p.on_start(c));
+            let (p, mut c) = self.host(r);
+            p.on_start(&mut c);
         }
         let mut next_eval = SimTime::ZERO;
         let mut time_to_target = None;
@@ -400,18 +222,19 @@ impl<P: Protocol> SimExecutor<P> {
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
                 guard.check(now)?;
-                self.dispatch(now, occ);
+                self.dispatch(occ);
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
                 }
-                if let Some(n) = stop.iterations.filter(|&n| self.metrics.iterations() >= n) {
-                    self.finish_last_iteration(n, now)?;
-                    break StopReason::Iterations;
+                match stop.counted(&self.metrics) {
+                    Some(StopReason::Iterations) => {
+                        let n = stop.iterations.expect("the iteration rule was met");
+                        self.finish_last_iteration(n, now)?;
+                        break StopReason::Iterations;
+                    }
+                    Some(reason) => break reason,
+                    None => continue,
                 }
-                if stop.updates.is_some_and(|n| self.metrics.updates >= n) {
-                    break StopReason::Updates;
-                }
-                continue;
             }
             if next_eval > end {
                 break StopReason::SimTime;
@@ -450,9 +273,8 @@ impl<P: Protocol> SimExecutor<P> {
         self.metrics.samples.push(last);
         let final_params = final_params.unwrap_or_default();
         self.sim.absorb_f32s(&final_params);
-        for r in 0..self.clocks.len() {
-            let state = self.clocks[r].state;
-            self.switch(r, now, state);
+        for core in &mut self.cores {
+            core.close(now, self.window, &mut self.metrics);
         }
         let recording = match self.timing.mode {
             GradientTiming::Model => None,
@@ -463,7 +285,7 @@ impl<P: Protocol> SimExecutor<P> {
             stop: reason,
             sim_time: now,
             stats: self.sim.stats(),
-            times: self.clocks.iter().map(|c| c.times).collect(),
+            times: self.cores.iter().map(|c| c.clock.times).collect(),
             time_to_target,
             final_params,
             trace: self.sim.trace().cloned(),
