@@ -20,6 +20,9 @@ use crate::trace::{EventKind, Trace, TraceRecord};
 use rand::Rng;
 use rand_distr::{Distribution, Exp};
 
+/// The peer recorded for an event that involves one node only.
+const NO_PEER: u32 = u32::MAX;
+
 /// Everything the engine needs to build a cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
@@ -494,72 +497,28 @@ impl<M> Sim<M> {
         None
     }
 
+    /// Handles one event popped at `now`; `Some` when a protocol must see it.
     fn process(&mut self, now: SimTime, key: EventKey, ev: Ev<M>) -> Option<Occurrence<M>> {
-        const NONE: u32 = u32::MAX;
         match ev {
             Ev::Timer { node, inc, tag } => {
                 if self.stale(node, inc, now) {
                     return None;
                 }
-                self.record(now, now, EventKind::Timer, node, NONE, tag);
+                self.record(now, now, EventKind::Timer, node, NO_PEER, tag);
                 Some(Occurrence::Timer { node: node as usize, timer: TimerId(key.0), tag })
             }
             Ev::Compute { node, inc, job, started } => {
                 if self.stale(node, inc, now) {
                     return None;
                 }
-                self.record(now, started, EventKind::Compute, node, NONE, job);
+                self.record(now, started, EventKind::Compute, node, NO_PEER, job);
                 Some(Occurrence::ComputeDone { node: node as usize, job: JobId(job), started })
             }
-            Ev::Hop(mut tr) => {
-                self.record(now, now, EventKind::NetHop, tr.to, tr.from, tr.bytes);
-                match self.net.advance(now, tr.from as usize, tr.to as usize, tr.bytes, tr.progress) {
-                    Next::Hop(at, p) => {
-                        tr.progress = p;
-                        self.push(at, Ev::Hop(tr)).expect("hops move forward in time");
-                    }
-                    Next::Deliver(at) => {
-                        self.push(at, Ev::Deliver(tr)).expect("deliveries move forward in time");
-                    }
-                }
+            Ev::Hop(tr) => {
+                self.hop(now, tr);
                 None
             }
-            Ev::Deliver(mut tr) => {
-                let (from, to) = (tr.from as usize, tr.to as usize);
-                if let (true, crate::net::Transport::Reliable { rto }) = (tr.lost, self.transport) {
-                    // The sender's timeout for this attempt: rto, doubled per earlier loss.
-                    let wait = rto.mul_f64(f64::from(1u32 << tr.attempt.min(6)));
-                    let at = (tr.attempt_at + wait).max(now);
-                    self.stats.retransmissions += 1;
-                    self.stats.retransmission_wait = self.stats.retransmission_wait + (at - tr.attempt_at);
-                    self.record(now, tr.attempt_at, EventKind::Retransmit, tr.to, tr.from, tr.bytes);
-                    tr.attempt += 1;
-                    self.push(at, Ev::Resend(tr)).expect("retransmissions move forward in time");
-                    return None;
-                }
-                let kind = if tr.lost {
-                    self.stats.lost_random += 1;
-                    EventKind::DropLoss
-                } else if !self.nodes[to].up || self.nodes[to].inc != tr.dst_inc || self.nodes[from].inc != tr.src_inc {
-                    self.stats.lost_crash += 1;
-                    EventKind::DropCrash
-                } else if self.partitions.iter().any(|p| p.cuts(from, to, tr.attempt_at, now)) {
-                    self.stats.lost_partition += 1;
-                    EventKind::DropPartition
-                } else {
-                    EventKind::Deliver
-                };
-                if kind == EventKind::Deliver {
-                    if let Some(t) = self.compute.receive_time(to) {
-                        // The host handles one received message after another.
-                        let at = now.max(self.nodes[to].receive_free) + t;
-                        self.nodes[to].receive_free = at;
-                        self.push(at, Ev::Received(tr)).expect("handling moves forward in time");
-                        return None;
-                    }
-                }
-                self.hand_over(now, kind, tr)
-            }
+            Ev::Deliver(tr) => self.deliver(now, tr),
             Ev::Received(tr) => {
                 let to = tr.to as usize;
                 // A node that crashed while the message waited never handles it.
@@ -569,60 +528,114 @@ impl<M> Sim<M> {
                 }
                 self.hand_over(now, if up { EventKind::Deliver } else { EventKind::DropCrash }, tr)
             }
-            Ev::Resend(mut tr) => {
-                let from = tr.from as usize;
-                if !self.nodes[from].up || self.nodes[from].inc != tr.src_inc {
-                    self.stats.lost_crash += 1;
-                    self.record(now, tr.sent_at, EventKind::DropCrash, tr.to, tr.from, tr.bytes);
-                    return None;
-                }
-                tr.lost = self.draw_loss(now);
-                tr.attempt_at = now;
-                self.stats.bytes_retransmitted += tr.bytes;
-                self.launch(now, tr).expect("a retransmission starts now");
+            Ev::Resend(tr) => {
+                self.resend(now, tr);
                 None
             }
-            Ev::Crash { node, random } => {
-                let n = node as usize;
-                if random {
-                    let at = now + self.draw_fault_delay(n, false);
-                    self.push(at, Ev::Restart { node, random: true }).expect("future");
-                }
-                if !self.nodes[n].up {
-                    return None;
-                }
-                let s = &mut self.nodes[n];
-                s.up = false;
-                s.inc += 1;
-                s.compute_free = now;
-                s.receive_free = now;
-                self.stats.crashes += 1;
-                self.record(now, now, EventKind::Crash, node, NONE, 0);
-                Some(Occurrence::Crashed { node: n })
-            }
-            Ev::Restart { node, random } => {
-                let n = node as usize;
-                if random {
-                    let at = now + self.draw_fault_delay(n, true);
-                    self.push(at, Ev::Crash { node, random: true }).expect("future");
-                }
-                if self.nodes[n].up {
-                    return None;
-                }
-                let s = &mut self.nodes[n];
-                s.up = true;
-                s.inc += 1;
-                s.compute_free = now;
-                s.receive_free = now;
-                self.stats.restarts += 1;
-                self.record(now, now, EventKind::Restart, node, NONE, 0);
-                Some(Occurrence::Restarted { node: n })
-            }
+            Ev::Crash { node, random } => self.set_up(now, node, random, false),
+            Ev::Restart { node, random } => self.set_up(now, node, random, true),
             Ev::Nic { node, factor } => {
                 self.net.set_nic_factor(node as usize, factor);
-                self.record(now, now, EventKind::NicChange, node, NONE, factor.to_bits());
+                self.record(now, now, EventKind::NicChange, node, NO_PEER, factor.to_bits());
                 None
             }
+        }
+    }
+
+    /// A message's head reached its next link: it moves on, or is delivered when it has arrived.
+    fn hop(&mut self, now: SimTime, mut tr: Transit<M>) {
+        self.record(now, now, EventKind::NetHop, tr.to, tr.from, tr.bytes);
+        match self.net.advance(now, tr.from as usize, tr.to as usize, tr.bytes, tr.progress) {
+            Next::Hop(at, p) => {
+                tr.progress = p;
+                self.push(at, Ev::Hop(tr)).expect("hops move forward in time");
+            }
+            Next::Deliver(at) => {
+                self.push(at, Ev::Deliver(tr)).expect("deliveries move forward in time");
+            }
+        }
+    }
+
+    /// A message arrived: a lost one is sent again (reliable transport) or dropped, one to or
+    /// from a crashed incarnation or across a partition is dropped, and a delivered one waits
+    /// for its host's receive time if there is one.
+    fn deliver(&mut self, now: SimTime, mut tr: Transit<M>) -> Option<Occurrence<M>> {
+        let (from, to) = (tr.from as usize, tr.to as usize);
+        if let (true, crate::net::Transport::Reliable { rto }) = (tr.lost, self.transport) {
+            // The sender's timeout for this attempt: rto, doubled per earlier loss.
+            let wait = rto.mul_f64(f64::from(1u32 << tr.attempt.min(6)));
+            let at = (tr.attempt_at + wait).max(now);
+            self.stats.retransmissions += 1;
+            self.stats.retransmission_wait = self.stats.retransmission_wait + (at - tr.attempt_at);
+            self.record(now, tr.attempt_at, EventKind::Retransmit, tr.to, tr.from, tr.bytes);
+            tr.attempt += 1;
+            self.push(at, Ev::Resend(tr)).expect("retransmissions move forward in time");
+            return None;
+        }
+        let kind = if tr.lost {
+            self.stats.lost_random += 1;
+            EventKind::DropLoss
+        } else if !self.nodes[to].up || self.nodes[to].inc != tr.dst_inc || self.nodes[from].inc != tr.src_inc {
+            self.stats.lost_crash += 1;
+            EventKind::DropCrash
+        } else if self.partitions.iter().any(|p| p.cuts(from, to, tr.attempt_at, now)) {
+            self.stats.lost_partition += 1;
+            EventKind::DropPartition
+        } else {
+            EventKind::Deliver
+        };
+        if kind == EventKind::Deliver {
+            if let Some(t) = self.compute.receive_time(to) {
+                // The host handles one received message after another.
+                let at = now.max(self.nodes[to].receive_free) + t;
+                self.nodes[to].receive_free = at;
+                self.push(at, Ev::Received(tr)).expect("handling moves forward in time");
+                return None;
+            }
+        }
+        self.hand_over(now, kind, tr)
+    }
+
+    /// A lost message's retransmission timer fired: it is sent again unless its sender crashed.
+    fn resend(&mut self, now: SimTime, mut tr: Transit<M>) {
+        let from = tr.from as usize;
+        if !self.nodes[from].up || self.nodes[from].inc != tr.src_inc {
+            self.stats.lost_crash += 1;
+            self.record(now, tr.sent_at, EventKind::DropCrash, tr.to, tr.from, tr.bytes);
+            return;
+        }
+        tr.lost = self.draw_loss(now);
+        tr.attempt_at = now;
+        self.stats.bytes_retransmitted += tr.bytes;
+        self.launch(now, tr).expect("a retransmission starts now");
+    }
+
+    /// A crash (`up` false) or a restart (`up` true) of `node`; a random one schedules its
+    /// opposite. A node already in that state is left as it is. A new incarnation starts either
+    /// way, so the old one's timers, computations and messages are void.
+    fn set_up(&mut self, now: SimTime, node: u32, random: bool, up: bool) -> Option<Occurrence<M>> {
+        let n = node as usize;
+        if random {
+            let at = now + self.draw_fault_delay(n, up);
+            let next = if up { Ev::Crash { node, random: true } } else { Ev::Restart { node, random: true } };
+            self.push(at, next).expect("future");
+        }
+        if self.nodes[n].up == up {
+            return None;
+        }
+        let s = &mut self.nodes[n];
+        s.up = up;
+        s.inc += 1;
+        s.compute_free = now;
+        s.receive_free = now;
+        if up {
+            self.stats.restarts += 1;
+            self.record(now, now, EventKind::Restart, node, NO_PEER, 0);
+            Some(Occurrence::Restarted { node: n })
+        } else {
+            self.stats.crashes += 1;
+            self.record(now, now, EventKind::Crash, node, NO_PEER, 0);
+            Some(Occurrence::Crashed { node: n })
         }
     }
 
