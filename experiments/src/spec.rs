@@ -37,9 +37,9 @@ pub struct FieldError {
 
 impl From<dsgd_sim::SimError> for FieldError {
     fn from(e: dsgd_sim::SimError) -> Self {
-        match e {
-            dsgd_sim::SimError::InvalidConfig { field, problem } => FieldError { field, problem },
-            other => FieldError { field: String::new(), problem: other.to_string() },
+        match e.into_field_problem() {
+            Ok((field, problem)) => FieldError { field, problem },
+            Err(other) => FieldError { field: String::new(), problem: other.to_string() },
         }
     }
 }
@@ -146,20 +146,9 @@ impl Spec {
             return bad("nodes", format!("is {}; must be between 1 and 100000", self.nodes));
         }
         let field = |e: dsgd_runtime::error::ConfigError| FieldError { field: e.field, problem: e.problem };
-        self.algorithm.validate(self.nodes).map_err(|e| field(e.under("algorithm")))?;
+        let net = self.network.config();
+        self.algorithm.validate(self.nodes, &net).map_err(|e| field(e.under("algorithm")))?;
         self.train().validate().map_err(field)?;
-        if let AlgorithmConfig::Sync(c) = &self.algorithm {
-            if c.collective.is_hierarchical() && c.group_size.is_none() && self.network.topology == TopologySpec::Flat {
-                return bad(
-                    "algorithm.group_size",
-                    format!(
-                        "collective {} needs groups: use a racks network.topology (its racks are the groups) or \
-                         set group_size",
-                        c.collective.name()
-                    ),
-                );
-            }
-        }
         if self.optimizer.scale_with_workers
             && matches!(self.algorithm, AlgorithmConfig::Easgd(_) | AlgorithmConfig::Gossip(_))
         {
@@ -182,8 +171,9 @@ impl Spec {
         let ranks = self.ranks();
         let servers = ranks - self.nodes;
         let field = |e: dsgd_sim::SimError| {
+            let beyond = matches!(e, dsgd_sim::SimError::RankOutOfRange { .. });
             let mut e = FieldError::from(e);
-            if servers > 0 && e.problem.starts_with("names rank") {
+            if servers > 0 && beyond {
                 e.problem += &format!(" ({} workers, then {servers} server ranks)", self.nodes);
             }
             e

@@ -31,9 +31,9 @@ impl From<ConfigError> for dsgd_sim::SimError {
 
 impl From<dsgd_sim::SimError> for ConfigError {
     fn from(e: dsgd_sim::SimError) -> Self {
-        match e {
-            dsgd_sim::SimError::InvalidConfig { field, problem } => ConfigError { field, problem },
-            other => ConfigError { field: String::new(), problem: other.to_string() },
+        match e.into_field_problem() {
+            Ok((field, problem)) => ConfigError { field, problem },
+            Err(other) => ConfigError { field: String::new(), problem: other.to_string() },
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::sim_exec::SimExecutor;
 use crate::timing::GradientTiming;
 use crate::train::TrainConfig;
 use dsgd_models::Workload;
-use dsgd_sim::{NetworkConfig, SimConfig, SimError};
+use dsgd_sim::{NetworkConfig, SimConfig, SimError, Topology};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -58,8 +58,9 @@ impl AlgorithmConfig {
         }
     }
 
-    /// Checks ranges against `workers`; the error's path is relative to the algorithm.
-    pub fn validate(&self, workers: usize) -> Result<(), ConfigError> {
+    /// Checks ranges against `workers`, and that the hierarchical collectives have groups (set, or
+    /// the racks of `net`); the error's path is relative to the algorithm.
+    pub fn validate(&self, workers: usize, net: &NetworkConfig) -> Result<(), ConfigError> {
         let bad = |f: &str, p: String| Err(ConfigError::new(f, p));
         let timeout = match self {
             AlgorithmConfig::Sync(c) => {
@@ -70,6 +71,16 @@ impl AlgorithmConfig {
                     );
                 }
                 match c.group_size {
+                    None if c.collective.is_hierarchical() && net.topology == Topology::Flat => {
+                        return bad(
+                            "group_size",
+                            format!(
+                                "collective {} needs groups: use a racks network.topology (its racks are the groups) \
+                                 or set group_size",
+                                c.collective.name()
+                            ),
+                        )
+                    }
                     Some(0) => return bad("group_size", "must be at least 1".into()),
                     Some(_) if !c.collective.is_hierarchical() => {
                         return bad(
@@ -205,18 +216,12 @@ pub fn with_roles<D: Drive>(
     if workers == 0 {
         return Err(SimError::config("nodes", "must be at least 1"));
     }
-    algorithm.validate(workers).map_err(|e| e.under("algorithm"))?;
+    algorithm.validate(workers, net).map_err(|e| e.under("algorithm"))?;
     train.validate()?;
     let (batch, opt) = (train.batch, train.optimizer);
     Ok(match *algorithm {
         AlgorithmConfig::Sync(mut c) => {
             c.fill_from(net);
-            if c.collective.is_hierarchical() && c.group_size.is_none() {
-                return Err(SimError::config(
-                    "algorithm.group_size",
-                    "the hierarchical collectives need groups: use a racks topology or set group_size",
-                ));
-            }
             let all = SyncWorker::initial(&c, workers);
             let all = if D::ONE_PROCESS { all.in_one_process() } else { all };
             let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();

@@ -43,6 +43,17 @@ pub enum SimError {
         /// What is wrong and what is allowed.
         problem: String,
     },
+    /// A configuration names a rank (a fault's node, a NIC or straggler override) that the run
+    /// does not have.
+    #[error("invalid configuration: `{field}` names rank {rank}, but the run has ranks 0..{ranks}")]
+    RankOutOfRange {
+        /// The path of the field that names it.
+        field: String,
+        /// The rank named.
+        rank: usize,
+        /// How many ranks the run has.
+        ranks: usize,
+    },
     /// Writing the trace failed.
     #[error("could not write the trace: {0}")]
     Trace(String),
@@ -70,6 +81,18 @@ pub enum SimError {
 pub const STALL_EVENTS: u64 = 50_000_000;
 
 impl SimError {
+    /// A configuration error as the path of its field and what is wrong with it (`Err` with the
+    /// error itself for the others).
+    pub fn into_field_problem(self) -> std::result::Result<(String, String), SimError> {
+        match self {
+            SimError::InvalidConfig { field, problem } => Ok((field, problem)),
+            SimError::RankOutOfRange { field, rank, ranks } => {
+                Ok((field, format!("names rank {rank}, but the run has ranks 0..{ranks}")))
+            }
+            other => Err(other),
+        }
+    }
+
     /// Shorthand for [`SimError::InvalidConfig`].
     pub fn config(field: impl Into<String>, problem: impl Into<String>) -> Self {
         SimError::InvalidConfig { field: field.into(), problem: problem.into() }
@@ -81,6 +104,9 @@ impl SimError {
         match self {
             SimError::InvalidConfig { field, problem } => {
                 SimError::InvalidConfig { field: join_path(name, &field), problem }
+            }
+            SimError::RankOutOfRange { field, rank, ranks } => {
+                SimError::RankOutOfRange { field: join_path(name, &field), rank, ranks }
             }
             other => other,
         }

@@ -100,7 +100,7 @@ fn rank(field: impl Into<String>, n: usize, ranks: usize) -> Result<()> {
     if n < ranks {
         return Ok(());
     }
-    bad(field, format!("names rank {n}, but the run has ranks 0..{ranks}"))
+    Err(SimError::RankOutOfRange { field: field.into(), rank: n, ranks })
 }
 
 fn secs(x: f64) -> SimTime {
@@ -586,8 +586,8 @@ mod tests {
     use super::*;
 
     fn field(r: Result<()>) -> String {
-        match r {
-            Err(SimError::InvalidConfig { field, problem }) => format!("{field}: {problem}"),
+        match r.map_err(SimError::into_field_problem) {
+            Err(Ok((field, problem))) => format!("{field}: {problem}"),
             other => panic!("expected a config error, got {other:?}"),
         }
     }

@@ -45,7 +45,7 @@ pub struct PsConfig {
 
 impl Default for PsConfig {
     fn default() -> Self {
-        PsConfig { shards: 1, staleness_bound: None, timeout_s: 5.0, update_time_us: 0.0 }
+        PsConfig { shards: 1, staleness_bound: None, timeout_s: super::DEFAULT_TIMEOUT_S, update_time_us: 0.0 }
     }
 }
 

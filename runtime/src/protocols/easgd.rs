@@ -36,7 +36,7 @@ pub struct EasgdConfig {
 
 impl Default for EasgdConfig {
     fn default() -> Self {
-        EasgdConfig { tau: 4, alpha: None, beta: 0.9, timeout_s: 5.0, update_time_us: 0.0 }
+        EasgdConfig { tau: 4, alpha: None, beta: 0.9, timeout_s: super::DEFAULT_TIMEOUT_S, update_time_us: 0.0 }
     }
 }
 

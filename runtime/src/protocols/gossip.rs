@@ -68,7 +68,7 @@ pub struct GossipConfig {
 
 impl Default for GossipConfig {
     fn default() -> Self {
-        GossipConfig { mode: GossipMode::Pull, tau: 1, peers: PeerChoice::Uniform, timeout_s: 5.0 }
+        GossipConfig { mode: GossipMode::Pull, tau: 1, peers: PeerChoice::Uniform, timeout_s: super::DEFAULT_TIMEOUT_S }
     }
 }
 

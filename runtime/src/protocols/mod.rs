@@ -6,3 +6,6 @@ pub mod easgd;
 pub mod gossip;
 pub mod service;
 pub mod sync;
+
+/// Every algorithm's default failure-detection timeout, seconds (`algorithm.timeout_s`).
+pub const DEFAULT_TIMEOUT_S: f64 = 5.0;

@@ -87,7 +87,7 @@ impl Default for SyncConfig {
         SyncConfig {
             collective: CollectiveKind::Ring,
             backup_workers: 0,
-            timeout_s: 5.0,
+            timeout_s: crate::protocols::DEFAULT_TIMEOUT_S,
             cost: None,
             group_size: None,
             message_time_us: 0.0,
