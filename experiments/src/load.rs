@@ -58,6 +58,37 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
     Ok(())
 }
 
+/// Sets `path` in the spec `root` to `value` (a `--set`, or a sweep's grid key). An object on the
+/// way that the spec leaves to its default is first written out as that default, as `dsgd check`
+/// shows it, so that `algorithm.collective=tree` on a spec without `algorithm` changes the default
+/// algorithm's collective instead of making an algorithm of that one field. A path ending in
+/// `kind` chooses another variant of its object, so that object is not filled with the default
+/// variant's fields (`algorithm.kind=gossip` gives gossip with its own defaults).
+pub fn set_spec_path(root: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let objects = parts.len() - 1 - usize::from(parts.len() > 1 && parts[parts.len() - 1] == "kind");
+    if objects > 0 && root.is_object() {
+        if let Ok(spec) = deserialize_spec(root.clone()) {
+            let resolved = serde_json::to_value(&spec).expect("plain data serialises");
+            fill_defaults(root, &resolved, &parts[..objects]);
+        }
+    }
+    set_path(root, path, value)
+}
+
+/// Walks `prefix` down `root` and `resolved` together; the first object missing (or null) in
+/// `root` is copied from `resolved`, with all that is under it.
+fn fill_defaults(root: &mut Value, resolved: &Value, prefix: &[&str]) {
+    let (Some((key, rest)), Value::Object(map)) = (prefix.split_first(), root) else { return };
+    let Some(default) = resolved.get(*key).filter(|d| d.is_object()) else { return };
+    match map.get_mut(*key) {
+        None | Some(Value::Null) => {
+            map.insert(key.to_string(), default.clone());
+        }
+        Some(inner) => fill_defaults(inner, default, rest),
+    }
+}
+
 /// Parses `field=value`; the value is JSON if it parses as JSON, else a string.
 pub fn parse_assignment(s: &str) -> Result<(String, Value), String> {
     let (k, v) = s.split_once('=').ok_or_else(|| format!("`{s}` is not of the form path.to.field=value"))?;
@@ -233,7 +264,7 @@ pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<S
     }
     for s in sets {
         let (k, v) = parse_assignment(s).map_err(|e| SpecError::new("--set", e))?;
-        set_path(&mut value, &k, v).map_err(|e| SpecError::new("--set", e))?;
+        set_spec_path(&mut value, &k, v).map_err(|e| SpecError::new("--set", e))?;
     }
     spec_from_value(source_name, value)
 }

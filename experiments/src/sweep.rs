@@ -8,7 +8,7 @@
 //! Each run is deterministic, so `--jobs` changes the wall time and nothing else.
 
 use crate::execute::{execute, write_run};
-use crate::load::{set_path, spec_from_value, SpecError};
+use crate::load::{set_spec_path, spec_from_value, SpecError};
 use crate::output::{spec_hash, write_atomic, Summary};
 use crate::spec::Spec;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -140,7 +140,7 @@ fn expand_one(
         assignment.reverse();
         let mut v = base.clone();
         for (k, val) in &assignment {
-            set_path(&mut v, k, val.clone())
+            set_spec_path(&mut v, k, val.clone())
                 .map_err(|e| SpecError { source_name: source.into(), message: format!("grid: {e}") })?;
         }
         let label = format!("{source} (point {index}: {})", describe(&assignment));

@@ -211,3 +211,33 @@ fn bench_real_reports_each_case_beside_the_plain_loop() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("case/summary.json")).unwrap()).unwrap();
     assert_eq!(s["digest"], rows[1]["digest"]);
 }
+
+#[test]
+fn set_and_grid_keys_reach_into_defaulted_objects() {
+    // `SPEC` leaves `algorithm` to its default (sync); `--set algorithm.collective=tree` changes
+    // that default's collective, as `dsgd check` shows it, instead of failing on a missing `kind`.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    let o = dsgd(dir.path(), &["check", "s.json", "--set", "algorithm.collective=tree", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let a = &stdout_json(&o)["spec"]["algorithm"];
+    assert_eq!((a["kind"].as_str(), a["collective"].as_str()), (Some("sync"), Some("tree")), "{a}");
+    assert_eq!(a["timeout_s"], 5.0, "the default's other fields stay");
+    // A field of a section that is absent, and one of an algorithm that is given, as before.
+    let o = dsgd(dir.path(), &["check", "s.json", "--set", "network.transport=datagram", "--json"]);
+    assert_eq!(stdout_json(&o)["spec"]["network"]["transport"], "datagram", "{}", text(&o));
+    // Choosing another kind gives that kind with its own defaults, not the default kind's fields.
+    let o = dsgd(dir.path(), &["check", "s.json", "--set", "algorithm.kind=gossip", "--json"]);
+    assert_eq!(stdout_json(&o)["spec"]["algorithm"]["mode"], "pull", "{}", text(&o));
+    // A setting the default does not take is still refused, naming the field.
+    let o = dsgd(dir.path(), &["check", "s.json", "--set", "algorithm.tau=3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("algorithm"), "{}", text(&o));
+    // Sweep grid keys take the same path.
+    let sweep = r#"{"base": {"stop": {"sim_time_s": 1}}, "grid": [{"algorithm.collective": ["ring", "tree"]},
+        {"algorithm.kind": ["gossip"]}]}"#;
+    std::fs::write(dir.path().join("sw.json"), sweep).unwrap();
+    let o = dsgd(dir.path(), &["check", "sw.json", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(stdout_json(&o)["runs"], 3);
+}

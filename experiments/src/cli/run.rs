@@ -118,7 +118,7 @@ fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) ->
         serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
     for s in sets {
         let (k, v) = load::parse_assignment(s)?;
-        load::set_path(&mut sweep_spec.base, &k, v)?;
+        load::set_spec_path(&mut sweep_spec.base, &k, v)?;
     }
     let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
     let dest = dest.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
