@@ -74,6 +74,19 @@ pub enum EasgdMsg {
 
 const TIMEOUT: u64 = 1;
 
+/// Where an EASGD worker is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Not started yet.
+    Idle,
+    /// Computing the gradient of this job.
+    Computing(JobId),
+    /// Waiting for the centre's answer to an exchange (or, after a restart, to a fetch).
+    Exchanging,
+    /// Crashed: the next start fetches the centre.
+    Crashed,
+}
+
 /// An EASGD worker.
 pub struct EasgdWorker {
     cfg: EasgdConfig,
@@ -84,10 +97,9 @@ pub struct EasgdWorker {
     x: Arc<Vec<f32>>,
     opt: Sgd,
     steps: u64,
-    job: Option<JobId>,
-    waiting: bool,
+    stage: Stage,
+    /// Generation of the exchange timers: a timer of an older exchange is void.
     gen: u64,
-    restarted: bool,
 }
 
 impl EasgdWorker {
@@ -101,19 +113,17 @@ impl EasgdWorker {
             x: Arc::default(),
             opt: Sgd::new(opt, 0, 1),
             steps: 0,
-            job: None,
-            waiting: false,
+            stage: Stage::Idle,
             gen: 0,
-            restarted: false,
         }
     }
 
     fn compute(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        self.job = Some(ctx.start_gradient(self.x.clone(), self.batch));
+        self.stage = Stage::Computing(ctx.start_gradient(self.x.clone(), self.batch));
     }
 
     fn wait_for_centre(&mut self, ctx: &mut dyn Context<EasgdMsg>, msg: EasgdMsg, bytes: u64) {
-        self.waiting = true;
+        self.stage = Stage::Exchanging;
         ctx.send(self.centre, msg, bytes);
         ctx.set_phase(Phase::Communicating);
         self.gen += 1;
@@ -121,7 +131,6 @@ impl EasgdWorker {
     }
 
     fn resume(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
-        self.waiting = false;
         self.gen += 1;
         self.compute(ctx);
     }
@@ -133,7 +142,7 @@ impl Protocol for EasgdWorker {
     fn on_start(&mut self, ctx: &mut dyn Context<EasgdMsg>) {
         self.x = Arc::new(ctx.workload().init());
         self.opt = Sgd::new(self.opt_cfg, self.x.len(), 1);
-        if std::mem::take(&mut self.restarted) {
+        if self.stage == Stage::Crashed {
             self.wait_for_centre(ctx, EasgdMsg::Fetch, 64);
         } else {
             self.compute(ctx);
@@ -141,7 +150,7 @@ impl Protocol for EasgdWorker {
     }
 
     fn on_message(&mut self, ctx: &mut dyn Context<EasgdMsg>, _from: usize, msg: EasgdMsg) {
-        if !self.waiting {
+        if self.stage != Stage::Exchanging {
             return; // a late answer to an exchange that timed out
         }
         match msg {
@@ -153,17 +162,16 @@ impl Protocol for EasgdWorker {
     }
 
     fn on_timer(&mut self, ctx: &mut dyn Context<EasgdMsg>, tag: u64) {
-        if tag >> 8 == self.gen && self.waiting {
+        if tag >> 8 == self.gen && self.stage == Stage::Exchanging {
             ctx.note("elastic exchange timed out; continuing locally".into());
             self.resume(ctx);
         }
     }
 
     fn on_gradient(&mut self, ctx: &mut dyn Context<EasgdMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
-        if self.job != Some(job) {
+        if self.stage != Stage::Computing(job) {
             return;
         }
-        self.job = None;
         self.opt.apply(Arc::make_mut(&mut self.x).as_mut_slice(), &grad);
         self.steps += 1;
         ctx.record_update(0);
@@ -176,9 +184,7 @@ impl Protocol for EasgdWorker {
     }
 
     fn on_crash(&mut self) {
-        self.job = None;
-        self.waiting = false;
-        self.restarted = true;
+        self.stage = Stage::Crashed;
     }
 
     fn on_restart(&mut self, _ctx: &mut dyn Context<EasgdMsg>) {
