@@ -119,6 +119,18 @@ impl AlgorithmConfig {
                 if c.tau == 0 {
                     return bad("tau", "must be at least 1".into());
                 }
+                match c.max_in_flight {
+                    Some(0) => return bad("max_in_flight", "must be at least 1 (or absent: no limit)".into()),
+                    Some(_) if c.mode != crate::protocols::gossip::GossipMode::Push => {
+                        return bad(
+                            "max_in_flight",
+                            "limits the pushes of push-sum (mode push); a pull node has at most one request \
+                             outstanding already"
+                                .into(),
+                        )
+                    }
+                    _ => {}
+                }
                 c.timeout_s
             }
         };

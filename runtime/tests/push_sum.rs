@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 type Flight = Vec<(usize, usize, GossipMsg)>;
 type Jobs = Vec<(usize, JobId, Vec<f32>)>;
+/// The exact sums of x (per coordinate) and of w.
+type Mass = (Vec<i128>, i128);
 
 /// Moves what rank `r`'s last handler sent and started into the shared flight and job lists;
 /// returns how many messages it sent.
@@ -25,7 +27,7 @@ fn collect(r: usize, c: &mut Recorder<GossipMsg>, flight: &mut Flight, jobs: &mu
 }
 
 /// Sum of x (per coordinate) and of w over nodes and messages in flight, exactly (fixed point).
-fn mass(nodes: &[GossipNode], flight: &[(usize, usize, GossipMsg)]) -> (Vec<i128>, i128) {
+fn mass(nodes: &[GossipNode], flight: &[(usize, usize, GossipMsg)]) -> Mass {
     let dim = nodes[0].mass().0.len();
     let mut x = vec![0i128; dim];
     let mut w = 0i128;
@@ -43,10 +45,12 @@ fn mass(nodes: &[GossipNode], flight: &[(usize, usize, GossipMsg)]) -> (Vec<i128
     (x, w)
 }
 
-fn drive(lr: f64, rounds: usize) -> (Vec<(Vec<i128>, i128)>, Vec<i128>) {
+/// The mass after every step of `rounds` (`deliveries` of every three steps deliver a message,
+/// the others finish a gradient), the mass the gradient steps added, and the most pushes any
+/// node held unacknowledged.
+fn drive_with(cfg: GossipConfig, lr: f64, rounds: usize, deliveries: usize) -> (Vec<Mass>, Vec<i128>, usize) {
     let n = 6;
     let wl = Quadratic::new(8, 1.0, 0.1, 1.0, 1.0);
-    let cfg = GossipConfig { mode: GossipMode::Push, ..Default::default() };
     let opt = OptimizerConfig { lr, ..Default::default() };
     let mut nodes: Vec<GossipNode> = (0..n).map(|_| GossipNode::new(cfg, 4, opt)).collect();
     let shared: Arc<dyn Workload> = Arc::new(wl.clone());
@@ -58,11 +62,12 @@ fn drive(lr: f64, rounds: usize) -> (Vec<(Vec<i128>, i128)>, Vec<i128>) {
     }
     let mut trace = vec![mass(&nodes, &flight)];
     let mut gradient_mass = vec![0i128; 8];
+    let mut most_in_flight = 0;
     for step in 0..rounds {
         // Alternate: finish a random job, or deliver a random message.
         let pick = (next >> 7) as usize;
         next = next.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        if step % 3 != 0 && !flight.is_empty() {
+        if step % 3 >= 3 - deliveries && !flight.is_empty() {
             let (from, to, msg) = flight.swap_remove(pick % flight.len());
             nodes[to].on_message(&mut ctxs[to], from, msg);
             collect(to, &mut ctxs[to], &mut flight, &mut jobs);
@@ -87,7 +92,14 @@ fn drive(lr: f64, rounds: usize) -> (Vec<(Vec<i128>, i128)>, Vec<i128>) {
             }
         }
         trace.push(mass(&nodes, &flight));
+        most_in_flight = nodes.iter().map(GossipNode::pushes_in_flight).max().unwrap_or(0).max(most_in_flight);
     }
+    (trace, gradient_mass, most_in_flight)
+}
+
+fn drive(lr: f64, rounds: usize) -> (Vec<Mass>, Vec<i128>) {
+    let (trace, gradient_mass, _) =
+        drive_with(GossipConfig { mode: GossipMode::Push, ..Default::default() }, lr, rounds, 2);
     (trace, gradient_mass)
 }
 
@@ -113,5 +125,27 @@ fn push_sum_conserves_weights_exactly_and_parameters_exactly_up_to_the_gradient_
     for i in 0..x.len() {
         assert_eq!(x[i], x0[i] + gradient_mass[i], "coordinate {i}");
         assert_ne!(gradient_mass[i], 0, "coordinate {i}: no gradient step was taken");
+    }
+}
+
+#[test]
+fn push_sum_with_flow_control_conserves_mass_exactly_and_holds_one_push() {
+    // Gradients finish faster than messages are delivered here (two steps in three finish a
+    // gradient, the third delivers one message, a push or an acknowledgement), so without a limit
+    // nodes hold several pushes at once; with max_in_flight = 1 a node skips its push while one
+    // is unacknowledged, and its share goes out with the next.
+    let unlimited = GossipConfig { mode: GossipMode::Push, ..Default::default() };
+    let (_, _, most) = drive_with(unlimited, 0.05, 3_000, 1);
+    assert!(most > 1, "the schedule must pile pushes up without a limit (most {most})");
+    let limited = GossipConfig { max_in_flight: Some(1), ..unlimited };
+    for lr in [0.0, 0.05] {
+        let (trace, gradient_mass, most) = drive_with(limited, lr, 3_000, 1);
+        assert_eq!(most, 1, "lr {lr}: a node held {most} pushes");
+        let (x0, w0) = trace[0].clone();
+        let (x, _) = trace.last().unwrap();
+        assert!(trace.iter().all(|(_, w)| *w == w0), "lr {lr}: the weight sum changed");
+        for i in 0..x.len() {
+            assert_eq!(x[i], x0[i] + gradient_mass[i], "lr {lr}, coordinate {i}");
+        }
     }
 }

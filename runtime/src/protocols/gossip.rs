@@ -15,7 +15,9 @@
 //!   not acknowledged within `timeout_s` is taken back (its mass re-added, its peer marked
 //!   suspect), so a dead or cut-off peer does not drain the system's mass. (If the push arrived
 //!   and only the acknowledgement was lost, that mass is counted twice: the price of not
-//!   blocking on a dead peer.)
+//!   blocking on a dead peer.) With `max_in_flight = k`, a node with k pushes unacknowledged skips
+//!   its push: its share stays with it and goes out with its next push, so a node that steps
+//!   faster than its NIC sends holds at most k pushes instead of piling them up.
 //!
 //! Peers: `uniform` (any other node), `ring` (the next node), or `exponential` (Stochastic
 //! Gradient Push's time-varying graph: node `i` talks to `i + 2^(k mod ceil(log2 n))`).
@@ -64,11 +66,23 @@ pub struct GossipConfig {
     pub peers: PeerChoice,
     /// Timeout of a pull request, seconds (default 5).
     pub timeout_s: f64,
+    /// Push mode: pushes awaiting acknowledgement at most (default none: no limit). A node whose
+    /// limit is reached skips its push; the share it would have sent stays with it and goes out
+    /// in its next push, so mass is conserved and the pushes a node holds are bounded whatever
+    /// its step time (without a limit, a node that steps faster than its NIC sends piles them up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u64>,
 }
 
 impl Default for GossipConfig {
     fn default() -> Self {
-        GossipConfig { mode: GossipMode::Pull, tau: 1, peers: PeerChoice::Uniform, timeout_s: super::DEFAULT_TIMEOUT_S }
+        GossipConfig {
+            mode: GossipMode::Pull,
+            tau: 1,
+            peers: PeerChoice::Uniform,
+            timeout_s: super::DEFAULT_TIMEOUT_S,
+            max_in_flight: None,
+        }
     }
 }
 
@@ -111,6 +125,18 @@ fn to_fixed(v: f64) -> i64 {
     (v * X_ONE).round() as i64 // saturates on overflow (only a diverged run gets there)
 }
 
+/// A gossip node's life: running, crashed, or (pull mode, after a restart) copying a peer's
+/// parameters before it computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// Training (or not started yet).
+    Running,
+    /// Crashed: the next start is a restart, with the model lost.
+    Crashed,
+    /// Restarted in pull mode: waiting for a peer's parameters; nothing to share or score yet.
+    Recovering,
+}
+
 /// A gossip node.
 pub struct GossipNode {
     cfg: GossipConfig,
@@ -129,8 +155,7 @@ pub struct GossipNode {
     /// Peers suspected until a time (sparse: only peers that timed out recently).
     suspect_until: BTreeMap<usize, SimTime>,
     gen: u64,
-    restarted: bool,
-    recovering: bool,
+    life: Life,
     unacked: BTreeMap<u64, (usize, Vec<i64>, i64)>,
     next_push: u64,
 }
@@ -152,8 +177,7 @@ impl GossipNode {
             outstanding: None,
             suspect_until: BTreeMap::new(),
             gen: 0,
-            restarted: false,
-            recovering: false,
+            life: Life::Running,
             unacked: BTreeMap::new(),
             next_push: 0,
         }
@@ -162,6 +186,11 @@ impl GossipNode {
     /// Push-sum state `(x, w)` in fixed point (push mode): `x` in units of 2^-32, `w` of 2^-40.
     pub fn mass(&self) -> (&[i64], i64) {
         (&self.xs, self.w)
+    }
+
+    /// Pushes sent and not yet acknowledged (push mode).
+    pub fn pushes_in_flight(&self) -> usize {
+        self.unacked.len()
     }
 
     /// The node's model `z = x / w` (push mode).
@@ -232,6 +261,9 @@ impl GossipNode {
 
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         if self.push() {
+            if self.cfg.max_in_flight.is_some_and(|m| self.unacked.len() as u64 >= m) {
+                return; // flow control: the share stays here and goes out with the next push
+            }
             let Some(peer) = self.choose_peer(ctx) else { return };
             let x: Vec<i64> = self.xs.iter_mut().map(split).collect();
             let w = split(&mut self.w);
@@ -277,7 +309,8 @@ impl Protocol for GossipNode {
         let init = ctx.workload().init();
         self.suspect_until = BTreeMap::new();
         self.opt = Sgd::new(self.opt_cfg, init.len(), 1);
-        let restarted = std::mem::take(&mut self.restarted);
+        let restarted = self.life == Life::Crashed;
+        self.life = Life::Running;
         if self.push() {
             self.w = if restarted { 0 } else { W_ONE };
             self.xs = init.iter().map(|&x| if restarted { 0 } else { to_fixed(x as f64) }).collect();
@@ -285,7 +318,7 @@ impl Protocol for GossipNode {
             self.x = Arc::new(init);
         }
         if restarted && !self.push() {
-            self.recovering = true;
+            self.life = Life::Recovering;
             ctx.set_phase(Phase::Communicating);
             self.gossip(ctx);
             return;
@@ -296,7 +329,7 @@ impl Protocol for GossipNode {
     fn on_message(&mut self, ctx: &mut dyn Context<GossipMsg>, from: usize, msg: GossipMsg) {
         match msg {
             GossipMsg::PullRequest => {
-                if self.recovering {
+                if self.life == Life::Recovering {
                     return; // nothing worth sharing yet
                 }
                 let bytes = ctx.workload().message_bytes();
@@ -308,7 +341,8 @@ impl Protocol for GossipNode {
                 }
                 self.outstanding = None;
                 self.gen += 1;
-                if std::mem::take(&mut self.recovering) {
+                if self.life == Life::Recovering {
+                    self.life = Life::Running;
                     self.x = x;
                     self.compute(ctx);
                 } else {
@@ -350,7 +384,7 @@ impl Protocol for GossipNode {
         if let Some(peer) = self.outstanding.take() {
             ctx.note(format!("peer {peer} did not answer; skipping it for a while"));
             self.suspect_until.insert(peer, ctx.now() + self.timeout().mul_f64(4.0));
-            if self.recovering {
+            if self.life == Life::Recovering {
                 self.gossip(ctx);
             }
         }
@@ -388,7 +422,7 @@ impl Protocol for GossipNode {
         self.job = None;
         self.outstanding = None;
         self.unacked.clear();
-        self.restarted = true;
+        self.life = Life::Crashed;
     }
 
     fn on_restart(&mut self, _ctx: &mut dyn Context<GossipMsg>) {
@@ -397,7 +431,7 @@ impl Protocol for GossipNode {
     }
 
     fn view(&self) -> View<'_> {
-        if self.recovering {
+        if self.life == Life::Recovering {
             View::Nothing
         } else if self.push() {
             View::Replica { params: self.z().into(), weight: if self.w > 0 { 1.0 } else { 0.0 } }
