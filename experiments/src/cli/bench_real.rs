@@ -31,11 +31,7 @@ pub struct Args {
 
 /// Measures the plain loop, then every case, and prints the table.
 pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
-    let algorithms: Vec<String> = if a.algorithms.is_empty() {
-        realbench::ALGORITHMS.iter().map(|a| a.to_string()).collect()
-    } else {
-        a.algorithms
-    };
+    let algorithms = super::given_or_all(a.algorithms, &realbench::ALGORITHMS);
     for alg in &algorithms {
         for &n in &a.workers {
             realbench::spec(alg, n, a.batch, a.sim_time_s)?;

@@ -29,11 +29,7 @@ pub struct Args {
 
 /// Runs every case (each in a child process) and prints the table.
 pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
-    let algorithms: Vec<String> = if a.algorithms.is_empty() {
-        scalebench::ALGORITHMS.iter().map(|a| a.to_string()).collect()
-    } else {
-        a.algorithms
-    };
+    let algorithms = super::given_or_all(a.algorithms, scalebench::ALGORITHMS);
     for alg in &algorithms {
         for &n in &a.nodes {
             scalebench::case(alg, n)?;

@@ -137,6 +137,15 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The algorithms a benchmark was given, or all it knows when given none.
+fn given_or_all(given: Vec<String>, all: &[&str]) -> Vec<String> {
+    if given.is_empty() {
+        all.iter().map(|a| a.to_string()).collect()
+    } else {
+        given
+    }
+}
+
 /// Writes a benchmark's figures as JSON at `path` (atomically) and says so.
 fn write_json(path: &std::path::Path, value: &impl serde::Serialize, out: Out) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).expect("plain data serialises") + "\n";
