@@ -120,6 +120,11 @@ pub fn estimate(spec: &Spec) -> Estimate {
         }
         _ => 0.0,
     };
+    // DC-ASGD: each shard keeps the slice it last sent each worker (a model per worker in all).
+    let sent = match &spec.algorithm {
+        AlgorithmConfig::AsyncPs(c) if c.delay_compensation > 0.0 => n * params * 4.0,
+        _ => 0.0,
+    };
     let engine = ranks as f64 * 2048.0;
     let data = dataset_bytes(&spec.workload);
     let mut drivers = vec![
@@ -127,6 +132,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
         (format!("nodes ({}): per-member collective schedules (algorithm.collective)", spec.nodes), schedules),
         (format!("nodes ({}): the engine's per-node state", spec.nodes), engine),
         ("the workload's data set".to_string(), data),
+        (format!("nodes ({}): the slices the shards last sent (algorithm.delay_compensation)", spec.nodes), sent),
     ];
     drivers.retain(|d| d.1 > 0.0);
     drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -134,7 +140,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
     let gradients = n * spec.stop.sim_time_s / step_s;
     let events = gradients * (1.0 + 2.0 * messages_per_gradient(spec)) + spec.stop.sim_time_s / spec.eval.every_s;
     Estimate {
-        bytes: replicas + schedules + engine + data + 64e6,
+        bytes: replicas + schedules + sent + engine + data + 64e6,
         params,
         ranks,
         drivers,

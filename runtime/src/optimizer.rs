@@ -117,8 +117,13 @@ impl Sgd {
     }
     /// Applies one step of `grad` to `params` (equal lengths; empty for timing workloads).
     pub fn apply(&mut self, params: &mut [f32], grad: &[f32]) {
+        self.apply_scaled(params, grad, 1.0);
+    }
+    /// As [`Sgd::apply`], with the learning rate multiplied by `factor` for this step (a
+    /// staleness-aware rate); a factor of 1 gives `apply`'s bits.
+    pub fn apply_scaled(&mut self, params: &mut [f32], grad: &[f32], factor: f64) {
         debug_assert_eq!(params.len(), grad.len());
-        let lr = self.lr() as f32;
+        let lr = (self.lr() * factor) as f32;
         let (mu, wd) = (self.cfg.momentum as f32, self.cfg.weight_decay as f32);
         if self.velocity.is_empty() || params.is_empty() {
             for (x, g) in params.iter_mut().zip(grad) {

@@ -100,6 +100,12 @@ impl AlgorithmConfig {
                 if !(1..=100_000).contains(&c.shards) {
                     return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
                 }
+                if !(c.delay_compensation.is_finite() && c.delay_compensation >= 0.0) {
+                    return bad(
+                        "delay_compensation",
+                        format!("is {}; must be a number at least 0 (DC-ASGD's λ; 0: off)", c.delay_compensation),
+                    );
+                }
                 service_time("update_time_us", c.update_time_us)?;
                 c.timeout_s
             }

@@ -4,8 +4,8 @@
 use dsgd_models::quadratic::Quadratic;
 use dsgd_models::Workload;
 use dsgd_runtime::optimizer::OptimizerConfig;
-use dsgd_runtime::protocol::{Phase, Protocol};
-use dsgd_runtime::protocols::async_ps::{PsConfig, PsMsg, Shard};
+use dsgd_runtime::protocol::{Phase, Protocol, View};
+use dsgd_runtime::protocols::async_ps::{PsConfig, PsMsg, Shard, StalenessLr};
 use dsgd_runtime::protocols::easgd::{Centre, EasgdConfig, EasgdMsg, EasgdWorker};
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMsg, GossipNode};
 use dsgd_runtime::protocols::sync::{view_id, Stage, StateMsg, SyncConfig, SyncMsg, SyncWorker};
@@ -305,4 +305,68 @@ fn a_restarted_sync_member_asks_three_times_to_join_then_probes_and_adopts_the_d
     assert_eq!(w.iterations(), 7);
     assert_eq!(w.params(), &[0.5; 100][..]);
     assert_eq!(ctx.take_gradients().len(), 1, "iteration 7 computes at the donor's parameters");
+}
+
+/// The shard's slice.
+fn slice(shard: &Shard) -> Vec<f32> {
+    match shard.view() {
+        View::Shard { params, .. } => params.to_vec(),
+        _ => panic!("a shard shows its slice"),
+    }
+}
+
+fn assert_close(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((*g as f64 - w).abs() < 1e-6, "{what}: element {i} is {g}, hand-computed {w}");
+    }
+}
+
+#[test]
+fn the_staleness_aware_rate_divides_a_stale_gradients_step_by_its_staleness() {
+    // Three workers read version 0 of a shard at 1.0 everywhere (lr 0.1, plain SGD) and push a
+    // gradient of 1 each: staleness 0, 1 and 2. Inverse: steps 0.1, 0.1, 0.05; none: 0.1 each.
+    for (rule, want) in [(StalenessLr::Inverse, 0.75), (StalenessLr::None, 0.7)] {
+        let cfg = PsConfig { staleness_lr: rule, ..Default::default() };
+        let mut shard = Shard::new(0, 1, 3, cfg, OptimizerConfig { lr: 0.1, ..Default::default() });
+        let mut ctx: Recorder<PsMsg> = Recorder::new(3, 4, quadratic());
+        shard.on_start(&mut ctx);
+        for w in 0..3 {
+            shard.on_message(ctx.at(0.1), w, PsMsg::Pull);
+        }
+        for w in 0..3 {
+            shard.on_message(ctx.at(0.2), w, PsMsg::Push { read: 0, grad: vec![1.0; 4] });
+        }
+        assert_eq!(ctx.updates, [0, 1, 2], "{rule:?}: staleness of each push");
+        assert_close(&slice(&shard), &[want; 4], &format!("{rule:?}"));
+    }
+}
+
+#[test]
+fn delay_compensation_adds_lambda_g_g_times_the_drift_since_the_read() {
+    // Two workers read the shard at 1.0 everywhere (lr 0.1, λ = 1). Worker 0 pushes g: nothing
+    // moved since its read, so the shard steps by 0.1·g to w = 1 − 0.1·g. Worker 1 pushes the
+    // same g read at 1.0: DC-ASGD applies g + λ·g⊙g⊙(w − 1) = g − 0.1·g³.
+    let g = [1.0f32, 2.0, 0.5, -1.0];
+    let cfg = PsConfig { delay_compensation: 1.0, ..Default::default() };
+    let mut shard = Shard::new(0, 1, 2, cfg, OptimizerConfig { lr: 0.1, ..Default::default() });
+    let mut ctx: Recorder<PsMsg> = Recorder::new(2, 3, quadratic());
+    shard.on_start(&mut ctx);
+    shard.on_message(ctx.at(0.1), 0, PsMsg::Pull);
+    shard.on_message(ctx.at(0.1), 1, PsMsg::Pull);
+    shard.on_message(ctx.at(0.2), 0, PsMsg::Push { read: 0, grad: g.to_vec() });
+    assert_close(&slice(&shard), &[0.9, 0.8, 0.95, 1.1], "worker 0's push, no drift");
+    shard.on_message(ctx.at(0.3), 1, PsMsg::Push { read: 0, grad: g.to_vec() });
+    // g̃ = [0.9, 1.2, 0.4875, -0.9]; w = [0.9, 0.8, 0.95, 1.1] − 0.1·g̃.
+    assert_close(&slice(&shard), &[0.81, 0.68, 0.90125, 1.19], "worker 1's compensated push");
+    // Without compensation the second push is a plain step: w = 1 − 0.2·g.
+    let mut plain = Shard::new(0, 1, 2, PsConfig::default(), OptimizerConfig { lr: 0.1, ..Default::default() });
+    plain.on_start(&mut ctx);
+    for w in 0..2 {
+        plain.on_message(ctx.at(0.1), w, PsMsg::Pull);
+    }
+    for w in 0..2 {
+        plain.on_message(ctx.at(0.2), w, PsMsg::Push { read: 0, grad: g.to_vec() });
+    }
+    assert_close(&slice(&plain), &[0.8, 0.6, 0.9, 1.2], "no compensation");
 }

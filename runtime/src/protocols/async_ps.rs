@@ -14,6 +14,12 @@
 //! measured cost of a real server's decode, update and encode, so the simulator can predict a
 //! real run; a real run pays its own and refuses a modelled one).
 //!
+//! Staleness remedies (both off by default): `staleness_lr: "inverse"` divides the rate of a
+//! gradient computed `τ` versions ago by `max(1, τ)` (Zhang, Gupta, Lian, Liu 2016);
+//! `delay_compensation: λ > 0` applies `g + λ·g⊙g⊙(w − w_read)` instead of `g` (DC-ASGD, Zheng et
+//! al. 2017), where `w_read` is the slice the shard last sent that worker (the shard keeps one per
+//! worker) and `w` its slice now.
+//!
 //! Failures: a crashed worker is simply not heard from. A crashed shard keeps its parameters
 //! (they are its durable state); workers waiting for it re-send their request every `timeout_s`
 //! until it is back, so they stall exactly as long as it is down.
@@ -41,11 +47,53 @@ pub struct PsConfig {
     /// A shard's time to apply one push and answer it, microseconds (default 0: at once).
     #[serde(skip_serializing_if = "crate::protocols::service::is_instant")]
     pub update_time_us: f64,
+    /// The learning rate of a stale gradient (default `none`: the same rate at any staleness).
+    #[serde(skip_serializing_if = "StalenessLr::is_none")]
+    pub staleness_lr: StalenessLr,
+    /// DC-ASGD's λ ≥ 0 (default 0: no compensation).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub delay_compensation: f64,
+}
+
+/// How a shard scales the learning rate of a gradient computed `τ` versions ago.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StalenessLr {
+    /// The same rate whatever the staleness.
+    #[default]
+    None,
+    /// `η / max(1, τ)`.
+    Inverse,
+}
+
+impl StalenessLr {
+    fn is_none(&self) -> bool {
+        *self == StalenessLr::None
+    }
+
+    /// The factor of the rate of a gradient `staleness` versions old.
+    pub fn factor(self, staleness: u64) -> f64 {
+        match self {
+            StalenessLr::None => 1.0,
+            StalenessLr::Inverse => 1.0 / staleness.max(1) as f64,
+        }
+    }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for PsConfig {
     fn default() -> Self {
-        PsConfig { shards: 1, staleness_bound: None, timeout_s: super::DEFAULT_TIMEOUT_S, update_time_us: 0.0 }
+        PsConfig {
+            shards: 1,
+            staleness_bound: None,
+            timeout_s: super::DEFAULT_TIMEOUT_S,
+            update_time_us: 0.0,
+            staleness_lr: StalenessLr::None,
+            delay_compensation: 0.0,
+        }
     }
 }
 
@@ -94,6 +142,8 @@ pub struct Shard {
     held: BTreeMap<usize, ()>,
     /// Pushes waiting for the server (when `update_time_us > 0`).
     queue: Service<PsMsg>,
+    /// With delay compensation: the slice last sent to each worker (what its gradient read).
+    sent: Vec<Vec<f32>>,
 }
 
 impl Shard {
@@ -113,6 +163,7 @@ impl Shard {
             last_heard: vec![SimTime::ZERO; workers],
             held: BTreeMap::new(),
             queue: Service::new(cfg.update_time_us),
+            sent: Vec::new(),
         }
     }
     /// Updates applied.
@@ -131,7 +182,11 @@ impl Shard {
         self.clock[w] <= slowest + s
     }
 
-    fn answer(&self, ctx: &mut dyn Context<PsMsg>, w: usize) {
+    fn answer(&mut self, ctx: &mut dyn Context<PsMsg>, w: usize) {
+        if self.cfg.delay_compensation > 0.0 {
+            self.sent.resize(self.workers, Vec::new());
+            self.sent[w].clone_from(&self.params);
+        }
         let msg = PsMsg::Params { shard: self.index, version: self.version, params: self.params.clone() };
         let bytes = slice_bytes(ctx.workload(), self.range.len());
         ctx.send(w, msg, bytes);
@@ -139,10 +194,17 @@ impl Shard {
 
     /// Applies a push (if `msg` is one) and answers it, or holds the answer back.
     fn serve(&mut self, ctx: &mut dyn Context<PsMsg>, from: usize, msg: PsMsg) {
-        if let PsMsg::Push { read, grad } = msg {
-            let opt = self.opt.as_mut().expect("started");
-            opt.apply(&mut self.params, &grad);
+        if let PsMsg::Push { read, mut grad } = msg {
             let staleness = self.version - read.min(self.version);
+            let lambda = self.cfg.delay_compensation as f32;
+            if let Some(read_params) = self.sent.get(from).filter(|r| lambda > 0.0 && r.len() == grad.len()) {
+                // DC-ASGD: g + λ·g⊙g⊙(w − w_read).
+                for ((g, w), r) in grad.iter_mut().zip(&self.params).zip(read_params) {
+                    *g += lambda * *g * *g * (w - r);
+                }
+            }
+            let opt = self.opt.as_mut().expect("started");
+            opt.apply_scaled(&mut self.params, &grad, self.cfg.staleness_lr.factor(staleness));
             self.version += 1;
             self.clock[from] += 1;
             if self.index == 0 {
