@@ -229,8 +229,11 @@ fn refine(value: &Value, path: String, message: &str) -> String {
     };
     if let Some(variant) = quoted("unknown variant `") {
         let own = obj.get("kind").and_then(Value::as_str) == Some(variant.as_str());
-        return match child(&|o| o.get("kind").and_then(Value::as_str) == Some(variant.as_str())) {
-            Some(c) if !own => join(&format!("{c}.kind")),
+        // Or a field of this object whose value is the unknown variant (`mode`, `staleness_lr`).
+        let field = obj.iter().find(|(k, v)| *k != "kind" && v.as_str() == Some(variant.as_str())).map(|(k, _)| k);
+        return match (child(&|o| o.get("kind").and_then(Value::as_str) == Some(variant.as_str())), field) {
+            (Some(c), _) if !own => join(&format!("{c}.kind")),
+            (None, Some(f)) if !own => join(f),
             _ => join("kind"),
         };
     }

@@ -37,6 +37,14 @@ const REFUSED: &[(&str, &str)] = &[
     (r#"{"algorithm":{"kind":"sync","collective":"hierarchical"}}"#, "algorithm.group_size"),
     (r#"{"algorithm":{"kind":"sync","collective":"hierarchical","group_size":0}}"#, "algorithm.group_size"),
     (r#"{"algorithm":{"kind":"sync","collective":"tree","group_size":4}}"#, "algorithm.group_size"),
+    // Staleness remedies: λ must be at least 0, and they belong to the parameter server.
+    (r#"{"algorithm":{"kind":"async_ps","delay_compensation":-1}}"#, "algorithm.delay_compensation"),
+    (r#"{"algorithm":{"kind":"sync","staleness_lr":"inverse"}}"#, "algorithm.staleness_lr"),
+    (r#"{"algorithm":{"kind":"async_ps","staleness_lr":"half"}}"#, "algorithm.staleness_lr"),
+    (r#"{"algorithm":{"kind":"gossip","mode":"sideways"}}"#, "algorithm.mode"),
+    // Push-sum's flow control: at least 1, and push mode only.
+    (r#"{"algorithm":{"kind":"gossip","mode":"push","max_in_flight":0}}"#, "algorithm.max_in_flight"),
+    (r#"{"algorithm":{"kind":"gossip","max_in_flight":1}}"#, "algorithm.max_in_flight"),
     // A name is not a path.
     (r#"{"name":"../../escape"}"#, "name"),
     (r#"{"name":"/tmp/abs"}"#, "name"),
