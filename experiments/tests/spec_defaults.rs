@@ -11,8 +11,10 @@ const SPEC_MD: &str = include_str!("../SPEC.md");
 /// A documented default as JSON, or `None` when the document describes it in words (`beta/nodes`,
 /// `from the network`, `all 10,000`).
 fn literal(doc: &str) -> Option<Value> {
+    let quoted = doc.trim().starts_with('`');
     let s = doc.trim().trim_matches('`').trim();
-    if s == "none" {
+    // A bare "none" means the field is absent; `none` in backticks is a variant's name.
+    if s == "none" && !quoted {
         return Some(Value::Null);
     }
     if s == "required" {
