@@ -1,7 +1,7 @@
 //! `dsgd plot`: the figures of finished runs or sweeps.
 
 use super::out::{say, Out};
-use dsgd_experiments::{analysis, plot, sweep};
+use dsgd_experiments::{plot, sweep};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,7 +23,7 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
         runs.extend(sweep::collect_runs(d)?);
     }
     let dest = a.out.unwrap_or_else(|| a.dirs[0].join("plots"));
-    for f in &plot::all(&analysis::best_runs(&runs), &dest)? {
+    for f in &plot::all(&runs, &dest)? {
         say!(out, "{}", f.display());
     }
     Ok(ExitCode::SUCCESS)

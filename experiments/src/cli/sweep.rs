@@ -77,7 +77,7 @@ pub fn finish_sweep(dir: &Path, draw: bool, out: Out) -> Result<Vec<RunRecord>, 
     let md = report::report_md(&dir.display().to_string(), &runs, &rows, &best);
     write_atomic(&dir.join("report.md"), md.as_bytes()).map_err(io)?;
     if draw {
-        let files = plot::all(&analysis::best_runs(&runs), &dir.join("plots"))?;
+        let files = plot::all(&runs, &dir.join("plots"))?;
         say!(
             out,
             "report: {}  tables: runs.csv, aggregate.csv  figures: {}/ ({} files)",

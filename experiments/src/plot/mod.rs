@@ -4,7 +4,11 @@
 //! with 95% confidence bars and the sweep's node counts as ticks), the time breakdown
 //! ([`breakdown`]), node timelines with roles labelled ([`timeline`]), and staleness histograms.
 //!
-//! Series are means over seeds. Log axes are drawn by plotting log10 of the values and labelling
+//! Each algorithm is drawn with the variant the report picks at each node count (the tables'
+//! rule, [`crate::analysis::best_runs`]), named in the legend. Over-time lines are the median over
+//! seeds, with the seeds' minimum and maximum as a band, at every time any seed was evaluated; a
+//! seed's run that ended (at its target, or diverged) is carried at its last value, so no curve is
+//! cut to the shortest run and a line crosses the target when the median seed does. Log axes are drawn by plotting log10 of the values and labelling
 //! the ticks with the values themselves. Legends stand in a column of their own beside the
 //! panels, so they never hide a point. Titles name the target. Text uses the DejaVu Sans font
 //! embedded in the binary, so no system font is needed. Every file is written under a temporary
@@ -14,6 +18,7 @@ pub mod breakdown;
 pub mod scaling;
 pub mod timeline;
 
+use crate::analysis;
 use crate::sweep::RunRecord;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -48,6 +53,8 @@ pub struct Series {
     pub color: usize,
     /// Points (x, y) in data units.
     pub points: Vec<(f64, f64)>,
+    /// A band (x, low, high) drawn under the line (the seeds' range), or empty.
+    pub band: Vec<(f64, f64, f64)>,
 }
 
 /// One panel of a chart.
@@ -150,20 +157,24 @@ fn with_legend<DB: DrawingBackend>(
     if entries.is_empty() {
         return Ok(area.clone());
     }
-    let longest = entries.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0) as u32;
+    let longest = entries.iter().flat_map(|(l, _)| l.lines()).map(|l| l.chars().count()).max().unwrap_or(0) as u32;
     let width = (40 + 8 * longest).clamp(110, 360);
     let (w, _) = area.dim_in_pixel();
     let (plot, legend) = area.split_horizontally(w.saturating_sub(width));
     let font = ("sans-serif", 14).into_font();
-    for (i, (label, color)) in entries.iter().enumerate() {
-        let y = 60 + 24 * i as i32;
+    let mut y = 60;
+    for (label, color) in entries {
         match swatch {
             Swatch::Line => legend
                 .draw(&PathElement::new(vec![(6, y), (28, y)], ShapeStyle::from(color).stroke_width(3)))
                 .map_err(e)?,
             Swatch::Box => legend.draw(&Rectangle::new([(6, y - 7), (26, y + 7)], color.filled())).map_err(e)?,
         }
-        legend.draw(&Text::new(label.clone(), (34, y - 8), font.clone())).map_err(e)?;
+        // A label's first line stands by its swatch; further lines (the variants) under it.
+        for (k, line) in label.lines().enumerate() {
+            legend.draw(&Text::new(line.to_string(), (34, y - 8 + 18 * k as i32), font.clone())).map_err(e)?;
+        }
+        y += 24 + 18 * label.lines().count().saturating_sub(1) as i32;
     }
     Ok(plot)
 }
@@ -219,6 +230,17 @@ fn draw_lines<DB: DrawingBackend>(
             .map_err(e)?;
         for s in &panel.series {
             let color = PALETTE[s.color % PALETTE.len()];
+            let band: Vec<(f64, f64, f64)> = s
+                .band
+                .iter()
+                .filter(|b| b.2 <= cap)
+                .filter_map(|&(a, lo, hi)| Some((tr(a, x.log)?, tr(lo, y.log)?, tr(hi, y.log)?)))
+                .collect();
+            if band.len() > 1 {
+                let outline: Vec<(f64, f64)> =
+                    band.iter().map(|b| (b.0, b.1)).chain(band.iter().rev().map(|b| (b.0, b.2))).collect();
+                chart.draw_series(std::iter::once(Polygon::new(outline, color.mix(0.18).filled()))).map_err(e)?;
+            }
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
@@ -302,10 +324,79 @@ fn series_of(dir: &Path, column: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Mean over runs of series sampled on the same time grid (index by index).
-fn mean_series(all: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
-    let n = all.iter().map(Vec::len).min().unwrap_or(0);
-    (0..n).map(|i| (all[0][i].0, all.iter().map(|s| s[i].1).sum::<f64>() / all.len() as f64)).collect()
+/// A seed's value at time `t`: its last evaluation at or before `t` (its first before it
+/// starts), so a run that ended is carried at its last value.
+fn value_at(s: &[(f64, f64)], t: f64) -> f64 {
+    s[s.partition_point(|p| p.0 <= t).saturating_sub(1)].1
+}
+
+/// A line (x, y) and its band (x, low, high).
+type LineAndBand = (Vec<(f64, f64)>, Vec<(f64, f64, f64)>);
+
+/// The median over seeds and their range at every time any seed was evaluated, each seed carried
+/// at its last value after its run ended.
+fn median_band(seeds: &[Vec<(f64, f64)>]) -> LineAndBand {
+    let mut times: Vec<f64> = seeds.iter().flat_map(|s| s.iter().map(|p| p.0)).collect();
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    let (mut median, mut band) = (Vec::new(), Vec::new());
+    for t in times {
+        let mut v: Vec<f64> = seeds.iter().filter(|s| !s.is_empty()).map(|s| value_at(s, t)).collect();
+        v.sort_by(f64::total_cmp);
+        let h = v.len() / 2;
+        let m = if v.len() % 2 == 1 { v[h] } else { (v[h - 1] + v[h]) / 2.0 };
+        median.push((t, m));
+        band.push((t, v[0], v[v.len() - 1]));
+    }
+    (median, band)
+}
+
+/// The number of seeds behind each line, as text: "3", or "2–3" where groups differ.
+fn seed_counts(runs: &[RunRecord]) -> String {
+    let mut groups: BTreeMap<(String, usize), usize> = BTreeMap::new();
+    for r in runs {
+        *groups.entry((r.summary.algorithm.clone(), r.spec.nodes)).or_default() += 1;
+    }
+    let (lo, hi) = (groups.values().min().copied().unwrap_or(0), groups.values().max().copied().unwrap_or(0));
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}–{hi}")
+    }
+}
+
+/// Each algorithm's legend label: its name, then each variant the report picked (the fields that
+/// vary among its runs, by their last name) with the node counts it was picked at.
+fn variant_labels(all: &[RunRecord], best: &[RunRecord]) -> BTreeMap<String, String> {
+    let text: BTreeMap<&Path, String> = all
+        .iter()
+        .zip(analysis::variants(all))
+        .map(|(r, v)| {
+            let short: Vec<String> =
+                v.iter().map(|(k, x)| format!("{}={x}", k.rsplit('.').next().unwrap_or(k))).collect();
+            (r.dir.as_path(), short.join(" "))
+        })
+        .collect();
+    let mut picked: BTreeMap<String, BTreeMap<String, Vec<usize>>> = BTreeMap::new();
+    for r in best {
+        let v = text.get(r.dir.as_path()).cloned().unwrap_or_default();
+        let nodes = picked.entry(r.summary.algorithm.clone()).or_default().entry(v).or_default();
+        if !nodes.contains(&r.spec.nodes) {
+            nodes.push(r.spec.nodes);
+        }
+    }
+    picked
+        .into_iter()
+        .map(|(alg, vs)| {
+            let mut label = alg.clone();
+            for (v, mut nodes) in vs.into_iter().filter(|(v, _)| !v.is_empty()) {
+                nodes.sort_unstable();
+                let n: Vec<String> = nodes.iter().map(usize::to_string).collect();
+                label += &format!("\n  {v}: {} node{}", n.join(", "), if n == ["1"] { "" } else { "s" });
+            }
+            (alg, label)
+        })
+        .collect()
 }
 
 fn colors(runs: &[RunRecord]) -> BTreeMap<String, usize> {
@@ -315,8 +406,17 @@ fn colors(runs: &[RunRecord]) -> BTreeMap<String, usize> {
     labels.into_iter().enumerate().map(|(i, l)| (l, i)).collect()
 }
 
-/// Over-time panels (one per node count) of `column`, means over seeds.
-fn over_time(runs: &[RunRecord], column: &str) -> Vec<Panel> {
+/// The over-time panels of `column` that the charts draw from the runs `all` of a sweep: per node
+/// count, each algorithm's picked variant (the tables' rule), its median over seeds and their
+/// range, labelled with the variant.
+pub fn over_time_panels(all: &[RunRecord], column: &str) -> Vec<Panel> {
+    let best = analysis::best_runs(all);
+    over_time(&best, &variant_labels(all, &best), column)
+}
+
+/// Over-time panels (one per node count) of `column`: per algorithm, the median over seeds and
+/// their range (`runs` are the picked variants' runs; `labels` name them).
+fn over_time(runs: &[RunRecord], labels: &BTreeMap<String, String>, column: &str) -> Vec<Panel> {
     let color = colors(runs);
     // nodes -> algorithm -> one series per seed
     type BySeed = BTreeMap<String, Vec<Vec<(f64, f64)>>>;
@@ -332,7 +432,11 @@ fn over_time(runs: &[RunRecord], column: &str) -> Vec<Panel> {
             title: format!("{nodes} node{}", if nodes == 1 { "" } else { "s" }),
             series: algs
                 .into_iter()
-                .map(|(a, s)| Series { color: color[&a], label: a, points: mean_series(&s) })
+                .map(|(a, seeds)| {
+                    let (points, band) = median_band(&seeds);
+                    let label = labels.get(&a).cloned().unwrap_or_else(|| a.clone());
+                    Series { color: color[&a], label, points, band }
+                })
                 .collect(),
         })
         .collect()
@@ -376,11 +480,13 @@ fn draw_staleness<DB: DrawingBackend>(
 }
 
 /// Draws every figure that the runs have data for into `out`; returns the files written.
-pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn all(all: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let runs = &analysis::best_runs(all);
+    let labels = variant_labels(all, runs);
     let target = crate::report::target_text(runs);
     let goal = if target == "none" { String::new() } else { format!(" (target: {target})") };
-    let mut files = over_time_charts(runs, out, &goal)?;
+    let mut files = over_time_charts(runs, &labels, out, &goal)?;
     files.extend(scaling_charts(runs, out, &goal)?);
     files.extend(breakdown::chart(&out.join("time_breakdown"), runs)?);
     files.extend(per_algorithm_charts(runs, out)?);
@@ -388,10 +494,17 @@ pub fn all(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Loss, accuracy and consensus distance against simulated time.
-fn over_time_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<PathBuf>, String> {
+fn over_time_charts(
+    runs: &[RunRecord],
+    labels: &BTreeMap<String, String>,
+    out: &Path,
+    goal: &str,
+) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let t = Axis { desc: "simulated time (s)", log: false };
-    let loss = over_time(runs, "loss");
+    let seeds = seed_counts(runs);
+    let goal = &format!("{goal}: median of {seeds} seeds, band min–max");
+    let loss = over_time(runs, labels, "loss");
     if !loss.is_empty() {
         files.extend(line_chart(
             &out.join("loss_vs_time"),
@@ -401,7 +514,7 @@ fn over_time_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<Pa
             Axis { desc: "loss", log: true },
         )?);
     }
-    let acc = over_time(runs, "accuracy");
+    let acc = over_time(runs, labels, "accuracy");
     if !acc.is_empty() {
         files.extend(line_chart(
             &out.join("accuracy_vs_time"),
@@ -411,7 +524,7 @@ fn over_time_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<Pa
             Axis { desc: "accuracy", log: false },
         )?);
     }
-    let dist = over_time(runs, "consensus_distance");
+    let dist = over_time(runs, labels, "consensus_distance");
     if dist.iter().any(|p| p.series.iter().any(|s| s.points.iter().any(|q| q.1 > 0.0))) {
         files.extend(line_chart(
             &out.join("consensus_distance"),
@@ -528,11 +641,13 @@ pub fn validation(rows: &[(String, f64, f64)], stem: &Path) -> Result<Vec<PathBu
         label: label.into(),
         color,
         points: (0..n.max(2)).map(|i| (i as f64, y)).collect(),
+        band: Vec::new(),
     };
     let ratio = Series {
         label: format!("simulated / real ({})", rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>().join(", ")),
         color: 0,
         points: rows.iter().enumerate().map(|(i, r)| (i as f64, r.2 / r.1)).collect(),
+        band: Vec::new(),
     };
     let panel = Panel {
         title: "simulator against real runs".into(),
@@ -545,4 +660,58 @@ pub fn validation(rows: &[(String, f64, f64)], stem: &Path) -> Result<Vec<PathBu
         Axis { desc: "compared run (row of validation.md)", log: false },
         Axis { desc: "simulated / real", log: false },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An accuracy curve evaluated every second that rises by `step` a second from 0 and stops at
+    /// the first evaluation at or above 0.8 (a run stopped at its target).
+    fn stopped_at_target(step: f64) -> Vec<(f64, f64)> {
+        let mut s = Vec::new();
+        for t in 0.. {
+            let v = (t as f64 * step).min(1.0);
+            s.push((t as f64, v));
+            if v >= 0.8 {
+                return s;
+            }
+        }
+        unreachable!()
+    }
+
+    fn first_at_or_above(points: &[(f64, f64)], target: f64) -> Option<f64> {
+        points.iter().find(|p| p.1 >= target).map(|p| p.0)
+    }
+
+    #[test]
+    fn the_median_curve_reaches_the_target_when_the_median_seed_does() {
+        // Seeds reach 0.8 at 8 s, 16 s and 27 s (steps 0.1, 0.05, 0.03): the table's median time
+        // is 16 s.
+        let seeds: Vec<Vec<(f64, f64)>> = [0.1, 0.05, 0.03].iter().map(|&s| stopped_at_target(s)).collect();
+        let times: Vec<f64> = seeds.iter().map(|s| s.last().unwrap().0).collect();
+        assert_eq!(times, [8.0, 16.0, 27.0]);
+        let (median, band) = median_band(&seeds);
+        assert_eq!(first_at_or_above(&median, 0.8), Some(16.0), "the line crosses when the median seed does");
+        assert_eq!(median.last().unwrap().0, 27.0, "drawn to the end of the longest run, not cut");
+        let (t, lo, hi) = *band.last().unwrap();
+        assert!(
+            t == 27.0 && lo >= 0.8 && (hi - 0.81).abs() < 1e-12,
+            "the band spans the seeds, the early ones carried"
+        );
+        // The old index-by-index mean stopped at the shortest run (8 s) and never reached 0.8.
+        let n = seeds.iter().map(Vec::len).min().unwrap();
+        let old: Vec<(f64, f64)> =
+            (0..n).map(|i| (seeds[0][i].0, seeds.iter().map(|s| s[i].1).sum::<f64>() / 3.0)).collect();
+        assert_eq!(first_at_or_above(&old, 0.8), None);
+    }
+
+    #[test]
+    fn seeds_evaluated_at_different_times_are_merged_on_all_their_times() {
+        let a = vec![(0.0, 1.0), (1.0, 0.5)];
+        let b = vec![(0.0, 3.0), (0.5, 2.0), (2.0, 1.0)];
+        let (median, band) = median_band(&[a, b]);
+        assert_eq!(median, [(0.0, 2.0), (0.5, 1.5), (1.0, 1.25), (2.0, 0.75)]);
+        assert_eq!(band[1], (0.5, 1.0, 2.0));
+    }
 }
