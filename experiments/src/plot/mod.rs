@@ -179,6 +179,23 @@ fn with_legend<DB: DrawingBackend>(
     Ok(plot)
 }
 
+/// The largest value an over-time chart draws: on a log axis (loss, distance), 10x the largest
+/// starting value, so one diverging run does not flatten the others. An accuracy (a linear axis)
+/// is never capped: it rises from its start, and a cap at 10x its start hid every value above
+/// 0.64 (Fashion-MNIST starts near 0.06).
+fn divergence_cap(panels: &[Panel], x: Axis, y: Axis) -> f64 {
+    if !(x.desc.contains("time") && y.log) {
+        return f64::INFINITY;
+    }
+    let cap = 10.0
+        * panels.iter().flat_map(|p| p.series.iter().filter_map(|s| s.points.first().map(|q| q.1))).fold(0.0, f64::max);
+    if cap > 0.0 {
+        cap
+    } else {
+        f64::INFINITY
+    }
+}
+
 fn draw_lines<DB: DrawingBackend>(
     area: DrawingArea<DB, Shift>,
     title: &str,
@@ -188,17 +205,7 @@ fn draw_lines<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
-    // Over-time charts are capped at 10x the largest starting value, so one diverging run does
-    // not flatten the others.
-    let cap = if x.desc.contains("time") {
-        10.0 * panels
-            .iter()
-            .flat_map(|p| p.series.iter().filter_map(|s| s.points.first().map(|q| q.1)))
-            .fold(0.0, f64::max)
-    } else {
-        f64::INFINITY
-    };
-    let cap = if cap > 0.0 { cap } else { f64::INFINITY };
+    let cap = divergence_cap(panels, x, y);
     let area = area.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(e)?;
     let mut entries: BTreeMap<usize, String> = BTreeMap::new();
     for s in panels.iter().flat_map(|p| &p.series) {
@@ -704,6 +711,24 @@ mod tests {
         let old: Vec<(f64, f64)> =
             (0..n).map(|i| (seeds[0][i].0, seeds.iter().map(|s| s[i].1).sum::<f64>() / 3.0)).collect();
         assert_eq!(first_at_or_above(&old, 0.8), None);
+    }
+
+    #[test]
+    fn only_a_log_scale_over_time_chart_caps_diverging_values() {
+        let panel = |start: f64| Panel {
+            title: String::new(),
+            series: vec![Series {
+                label: String::new(),
+                color: 0,
+                points: vec![(0.0, start), (9.0, 0.8)],
+                band: vec![],
+            }],
+        };
+        let time = Axis { desc: "simulated time (s)", log: false };
+        // An accuracy starting at 0.06 rises to 0.8: nothing may hide it.
+        assert_eq!(divergence_cap(&[panel(0.06)], time, Axis { desc: "accuracy", log: false }), f64::INFINITY);
+        // A loss starting at 2.5 is drawn up to 25.
+        assert_eq!(divergence_cap(&[panel(2.5)], time, Axis { desc: "loss", log: true }), 25.0);
     }
 
     #[test]
