@@ -61,91 +61,103 @@ impl AlgorithmConfig {
     /// Checks ranges against `workers`, and that the hierarchical collectives have groups (set, or
     /// the racks of `net`); the error's path is relative to the algorithm.
     pub fn validate(&self, workers: usize, net: &NetworkConfig) -> Result<(), ConfigError> {
-        let bad = |f: &str, p: String| Err(ConfigError::new(f, p));
         let timeout = match self {
-            AlgorithmConfig::Sync(c) => {
-                if c.backup_workers >= workers {
-                    return bad(
-                        "backup_workers",
-                        format!("is {}; must be less than the {workers} workers", c.backup_workers),
-                    );
-                }
-                match c.group_size {
-                    None if c.collective.is_hierarchical() && net.topology == Topology::Flat => {
-                        return bad(
-                            "group_size",
-                            format!(
-                                "collective {} needs groups: use a racks network.topology (its racks are the groups) \
-                                 or set group_size",
-                                c.collective.name()
-                            ),
-                        )
-                    }
-                    Some(0) => return bad("group_size", "must be at least 1".into()),
-                    Some(_) if !c.collective.is_hierarchical() => {
-                        return bad(
-                            "group_size",
-                            format!(
-                                "applies only to the collectives hierarchical and analytic_hierarchical, not {}",
-                                c.collective.name()
-                            ),
-                        )
-                    }
-                    _ => {}
-                }
-                service_time("message_time_us", c.message_time_us)?;
-                c.timeout_s
-            }
-            AlgorithmConfig::AsyncPs(c) => {
-                if !(1..=100_000).contains(&c.shards) {
-                    return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
-                }
-                if !(c.delay_compensation.is_finite() && c.delay_compensation >= 0.0) {
-                    return bad(
-                        "delay_compensation",
-                        format!("is {}; must be a number at least 0 (DC-ASGD's λ; 0: off)", c.delay_compensation),
-                    );
-                }
-                service_time("update_time_us", c.update_time_us)?;
-                c.timeout_s
-            }
-            AlgorithmConfig::Easgd(c) => {
-                if c.tau == 0 {
-                    return bad("tau", "must be at least 1".into());
-                }
-                if let Some(a) = c.alpha {
-                    if !(a > 0.0 && a <= 1.0) {
-                        return bad("alpha", "must be in (0, 1]".into());
-                    }
-                }
-                service_time("update_time_us", c.update_time_us)?;
-                c.timeout_s
-            }
-            AlgorithmConfig::Gossip(c) => {
-                if c.tau == 0 {
-                    return bad("tau", "must be at least 1".into());
-                }
-                match c.max_in_flight {
-                    Some(0) => return bad("max_in_flight", "must be at least 1 (or absent: no limit)".into()),
-                    Some(_) if c.mode != crate::protocols::gossip::GossipMode::Push => {
-                        return bad(
-                            "max_in_flight",
-                            "limits the pushes of push-sum (mode push); a pull node has at most one request \
-                             outstanding already"
-                                .into(),
-                        )
-                    }
-                    _ => {}
-                }
-                c.timeout_s
-            }
+            AlgorithmConfig::Sync(c) => check_sync(c, workers, net).map(|()| c.timeout_s)?,
+            AlgorithmConfig::AsyncPs(c) => check_ps(c).map(|()| c.timeout_s)?,
+            AlgorithmConfig::Easgd(c) => check_easgd(c).map(|()| c.timeout_s)?,
+            AlgorithmConfig::Gossip(c) => check_gossip(c).map(|()| c.timeout_s)?,
         };
         if !(timeout.is_finite() && timeout > 0.0) {
-            return bad("timeout_s", "must be a positive number of seconds".into());
+            return Err(ConfigError::new("timeout_s", "must be a positive number of seconds"));
         }
         let why = "(a shorter failure-detection timeout fires before messages arrive, so every round times out)";
         Ok(dsgd_sim::spec::duration("timeout_s", timeout, 1e-3, why)?)
     }
+}
+
+fn bad(field: &str, problem: String) -> Result<(), ConfigError> {
+    Err(ConfigError::new(field, problem))
+}
+
+/// Synchronous SGD's options against `workers` and the network.
+fn check_sync(c: &SyncConfig, workers: usize, net: &NetworkConfig) -> Result<(), ConfigError> {
+    if c.backup_workers >= workers {
+        return bad("backup_workers", format!("is {}; must be less than the {workers} workers", c.backup_workers));
+    }
+    match c.group_size {
+        None if c.collective.is_hierarchical() && net.topology == Topology::Flat => {
+            return bad(
+                "group_size",
+                format!(
+                    "collective {} needs groups: use a racks network.topology (its racks are the groups) \
+                         or set group_size",
+                    c.collective.name()
+                ),
+            )
+        }
+        Some(0) => return bad("group_size", "must be at least 1".into()),
+        Some(_) if !c.collective.is_hierarchical() => {
+            return bad(
+                "group_size",
+                format!(
+                    "applies only to the collectives hierarchical and analytic_hierarchical, not {}",
+                    c.collective.name()
+                ),
+            )
+        }
+        _ => {}
+    }
+    service_time("message_time_us", c.message_time_us)?;
+    Ok(())
+}
+
+/// The parameter server's options.
+fn check_ps(c: &PsConfig) -> Result<(), ConfigError> {
+    if !(1..=100_000).contains(&c.shards) {
+        return bad("shards", format!("is {}; must be from 1 to 100000", c.shards));
+    }
+    if !(c.delay_compensation.is_finite() && c.delay_compensation >= 0.0) {
+        return bad(
+            "delay_compensation",
+            format!("is {}; must be a number at least 0 (DC-ASGD's λ; 0: off)", c.delay_compensation),
+        );
+    }
+    service_time("update_time_us", c.update_time_us)?;
+    Ok(())
+}
+
+/// EASGD's options.
+fn check_easgd(c: &EasgdConfig) -> Result<(), ConfigError> {
+    if c.tau == 0 {
+        return bad("tau", "must be at least 1".into());
+    }
+    if let Some(a) = c.alpha {
+        if !(a > 0.0 && a <= 1.0) {
+            return bad("alpha", "must be in (0, 1]".into());
+        }
+    }
+    service_time("update_time_us", c.update_time_us)?;
+    Ok(())
+}
+
+/// Gossip's options.
+fn check_gossip(c: &GossipConfig) -> Result<(), ConfigError> {
+    if c.tau == 0 {
+        return bad("tau", "must be at least 1".into());
+    }
+    match c.max_in_flight {
+        Some(0) => return bad("max_in_flight", "must be at least 1 (or absent: no limit)".into()),
+        Some(_) if c.mode != crate::protocols::gossip::GossipMode::Push => {
+            return bad(
+                "max_in_flight",
+                "limits the pushes of push-sum (mode push); a pull node has at most one request \
+                     outstanding already"
+                    .into(),
+            )
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Checks a modelled time per message (`update_time_us`, `message_time_us`).
