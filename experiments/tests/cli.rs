@@ -22,86 +22,79 @@ fn example_specs() -> Vec<PathBuf> {
     v
 }
 
+/// Malformed specs and the field (or words) each error must name.
+const MALFORMED: &[(&str, &str)] = &[
+    (r#"{"nodes": 0}"#, "`nodes`"),
+    (r#"{"nodes": "eight"}"#, "`nodes`"),
+    (r#"{"nodez": 4}"#, "nodez"),
+    (r#"{"algorithm": {"kind": "allreduce"}}"#, "`algorithm.kind`"),
+    (r#"{"algorithm": {"kind": "sync", "collective": "star"}}"#, "star"),
+    (r#"{"algorithm": {"kind": "sync", "backup_workers": 4}, "nodes": 4}"#, "`algorithm.backup_workers`"),
+    (r#"{"network": {"bandwidth_gbps": -1}}"#, "`network.bandwidth_gbps`"),
+    (r#"{"network": {"latency_us": "fast"}}"#, "`network.latency_us`"),
+    (
+        r#"{"network": {"topology": {"kind": "racks", "rack_size": 0, "uplink_gbps": 10}}}"#,
+        "`network.topology.rack_size`",
+    ),
+    (r#"{"nodes": 8, "faults": [{"kind": "crash", "node": 12, "at_s": 1}]}"#, "`faults[0].node`"),
+    (r#"{"faults": [{"kind": "partition", "from_s": 5, "until_s": 1, "groups": []}]}"#, "`faults[0].until_s`"),
+    (
+        r#"{"faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 2}]}"#,
+        "`faults[0].probability`",
+    ),
+    (r#"{"optimizer": {"lr": 0}}"#, "`optimizer.lr`"),
+    (r#"{"optimizer": {"momentum": 1.5}}"#, "`optimizer.momentum`"),
+    (r#"{"batch": 0}"#, "`batch`"),
+    (r#"{"compute": {"step_time_ms": 0}}"#, "`compute.step_time_ms`"),
+    (r#"{"compute": {"straggler": {"jitter": {"kind": "pareto", "alpha": -2}}}}"#, "`compute.straggler.jitter.alpha`"),
+    (r#"{"nodes": 4, "compute": {"straggler": {"slow_nodes": {"9": 10}}}}"#, "`compute.straggler.slow_nodes.9`"),
+    (r#"{"workload": {"kind": "quadratic", "h_min": 2, "h_max": 1}}"#, "`workload.h_min`"),
+    (r#"{"workload": {"kind": "imagenet"}}"#, "`workload.kind`"),
+    (r#"{"stop": {"sim_time_s": -5}}"#, "`stop.sim_time_s`"),
+    (r#"{"stop": {"target_accuracy": 1.5}}"#, "`stop.target_accuracy`"),
+    (r#"{"eval": {"every_s": 0}}"#, "`eval.every_s`"),
+    // Each layer names the path relative to its section; the spec adds the section's name.
+    (r#"{"workload": {"kind": "burn", "model": "mlp", "hidden": [64, 100000]}}"#, "`workload.hidden[1]`: is 100000"),
+    (
+        r#"{"nodes": 2, "algorithm": {"kind": "async_ps", "shards": 2}, "network": {"per_node": {"4": {}}}}"#,
+        "`network.per_node.4`: names rank 4, but the run has ranks 0..4 (2 workers, then 2 server ranks)",
+    ),
+    (r#"{"algorithm": {"kind": "async_ps", "shards": 200000}}"#, "`algorithm.shards`"),
+    (r#"{"algorithm": {"kind": "async_ps", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
+    (r#"{"algorithm": {"kind": "easgd", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
+    (r#"{"algorithm": {"kind": "sync", "message_time_us": -0.5}}"#, "`algorithm.message_time_us`"),
+    (r#"{"compute": {"receive_time_us": -1}}"#, "`compute.receive_time_us`"),
+    (r#"{"stop": {"sim_time_s": 100}, "eval": {"every_s": 1e-6}}"#, "`eval.every_s`: 0.000001 s gives"),
+    (
+        r#"{"compute": {"straggler": {"slowdowns": [{"from_s": 0, "until_s": 1, "factor": 1e9}]}}}"#,
+        "`compute.straggler.slowdowns[0].factor`",
+    ),
+    (
+        r#"{"faults": [{"kind": "random", "mtbf_s": 5, "mttr_s": 1}, {"kind": "random", "mtbf_s": 5, "mttr_s": 1}]}"#,
+        "`faults`: at most one `random`",
+    ),
+    (
+        r#"{"workload": {"kind": "softmax", "partition": {"kind": "dirichlet", "alpha": 0}}}"#,
+        "`workload.partition.alpha`",
+    ),
+    (
+        r#"{"workload": {"kind": "burn", "model": "mlp", "partition": {"kind": "labels", "per_worker": 11}}}"#,
+        "`workload.partition.per_worker`",
+    ),
+    (r#"{"workload": {"kind": "softmax", "partition": {"kind": "iid"}}}"#, "`workload.partition.kind`"),
+    (r#"{"workload": {"kind": "softmax", "partition": {"kind": "shards", "alpha": 1}}}"#, "`workload.partition.alpha`"),
+    (
+        r#"{"nodes": 30, "workload": {"kind": "softmax", "train": 20, "partition": {"kind": "shards"}}}"#,
+        "splits 20 training samples among 30 workers",
+    ),
+    (r#"{"network": {"topology": {"kind": "flat", "rack_size": 4}}}"#, "`network.topology.rack_size`"),
+    ("not json", "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+];
+
 #[test]
 fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
-    let cases: &[(&str, &str)] = &[
-        (r#"{"nodes": 0}"#, "`nodes`"),
-        (r#"{"nodes": "eight"}"#, "`nodes`"),
-        (r#"{"nodez": 4}"#, "nodez"),
-        (r#"{"algorithm": {"kind": "allreduce"}}"#, "`algorithm.kind`"),
-        (r#"{"algorithm": {"kind": "sync", "collective": "star"}}"#, "star"),
-        (r#"{"algorithm": {"kind": "sync", "backup_workers": 4}, "nodes": 4}"#, "`algorithm.backup_workers`"),
-        (r#"{"network": {"bandwidth_gbps": -1}}"#, "`network.bandwidth_gbps`"),
-        (r#"{"network": {"latency_us": "fast"}}"#, "`network.latency_us`"),
-        (
-            r#"{"network": {"topology": {"kind": "racks", "rack_size": 0, "uplink_gbps": 10}}}"#,
-            "`network.topology.rack_size`",
-        ),
-        (r#"{"nodes": 8, "faults": [{"kind": "crash", "node": 12, "at_s": 1}]}"#, "`faults[0].node`"),
-        (r#"{"faults": [{"kind": "partition", "from_s": 5, "until_s": 1, "groups": []}]}"#, "`faults[0].until_s`"),
-        (
-            r#"{"faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 2}]}"#,
-            "`faults[0].probability`",
-        ),
-        (r#"{"optimizer": {"lr": 0}}"#, "`optimizer.lr`"),
-        (r#"{"optimizer": {"momentum": 1.5}}"#, "`optimizer.momentum`"),
-        (r#"{"batch": 0}"#, "`batch`"),
-        (r#"{"compute": {"step_time_ms": 0}}"#, "`compute.step_time_ms`"),
-        (
-            r#"{"compute": {"straggler": {"jitter": {"kind": "pareto", "alpha": -2}}}}"#,
-            "`compute.straggler.jitter.alpha`",
-        ),
-        (r#"{"nodes": 4, "compute": {"straggler": {"slow_nodes": {"9": 10}}}}"#, "`compute.straggler.slow_nodes.9`"),
-        (r#"{"workload": {"kind": "quadratic", "h_min": 2, "h_max": 1}}"#, "`workload.h_min`"),
-        (r#"{"workload": {"kind": "imagenet"}}"#, "`workload.kind`"),
-        (r#"{"stop": {"sim_time_s": -5}}"#, "`stop.sim_time_s`"),
-        (r#"{"stop": {"target_accuracy": 1.5}}"#, "`stop.target_accuracy`"),
-        (r#"{"eval": {"every_s": 0}}"#, "`eval.every_s`"),
-        // Each layer names the path relative to its section; the spec adds the section's name.
-        (
-            r#"{"workload": {"kind": "burn", "model": "mlp", "hidden": [64, 100000]}}"#,
-            "`workload.hidden[1]`: is 100000",
-        ),
-        (
-            r#"{"nodes": 2, "algorithm": {"kind": "async_ps", "shards": 2}, "network": {"per_node": {"4": {}}}}"#,
-            "`network.per_node.4`: names rank 4, but the run has ranks 0..4 (2 workers, then 2 server ranks)",
-        ),
-        (r#"{"algorithm": {"kind": "async_ps", "shards": 200000}}"#, "`algorithm.shards`"),
-        (r#"{"algorithm": {"kind": "async_ps", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
-        (r#"{"algorithm": {"kind": "easgd", "update_time_us": -1}}"#, "`algorithm.update_time_us`"),
-        (r#"{"algorithm": {"kind": "sync", "message_time_us": -0.5}}"#, "`algorithm.message_time_us`"),
-        (r#"{"compute": {"receive_time_us": -1}}"#, "`compute.receive_time_us`"),
-        (r#"{"stop": {"sim_time_s": 100}, "eval": {"every_s": 1e-6}}"#, "`eval.every_s`: 0.000001 s gives"),
-        (
-            r#"{"compute": {"straggler": {"slowdowns": [{"from_s": 0, "until_s": 1, "factor": 1e9}]}}}"#,
-            "`compute.straggler.slowdowns[0].factor`",
-        ),
-        (
-            r#"{"faults": [{"kind": "random", "mtbf_s": 5, "mttr_s": 1}, {"kind": "random", "mtbf_s": 5, "mttr_s": 1}]}"#,
-            "`faults`: at most one `random`",
-        ),
-        (
-            r#"{"workload": {"kind": "softmax", "partition": {"kind": "dirichlet", "alpha": 0}}}"#,
-            "`workload.partition.alpha`",
-        ),
-        (
-            r#"{"workload": {"kind": "burn", "model": "mlp", "partition": {"kind": "labels", "per_worker": 11}}}"#,
-            "`workload.partition.per_worker`",
-        ),
-        (r#"{"workload": {"kind": "softmax", "partition": {"kind": "iid"}}}"#, "`workload.partition.kind`"),
-        (
-            r#"{"workload": {"kind": "softmax", "partition": {"kind": "shards", "alpha": 1}}}"#,
-            "`workload.partition.alpha`",
-        ),
-        (
-            r#"{"nodes": 30, "workload": {"kind": "softmax", "train": 20, "partition": {"kind": "shards"}}}"#,
-            "splits 20 training samples among 30 workers",
-        ),
-        (r#"{"network": {"topology": {"kind": "flat", "rack_size": 4}}}"#, "`network.topology.rack_size`"),
-        ("not json", "not valid JSON"),
-        ("[1, 2]", "must be a JSON object"),
-    ];
-    for (i, (spec, field)) in cases.iter().enumerate() {
+    for (i, (spec, field)) in MALFORMED.iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("bad.json"), spec).unwrap();
         let o = dsgd(dir.path(), &["run", "bad.json", "--out", "out"]);
@@ -112,7 +105,10 @@ fn malformed_specs_name_the_field_exit_nonzero_and_write_nothing() {
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("bad.json")], "case {i} left files behind");
     }
-    // --set errors name the override.
+}
+
+#[test]
+fn a_bad_set_names_the_field_it_overrides() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ok.json"), "{}").unwrap();
     let o = dsgd(dir.path(), &["run", "ok.json", "--set", "network.latency_us=-3", "--out", "out"]);

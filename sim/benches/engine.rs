@@ -5,7 +5,8 @@
 //! with stale-event checks and the digest). `sim_messages`: one message hop chain per event pair on
 //! a flat 64-node network. Each iteration processes `BATCH` events; criterion reports elements/s.
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use dsgd_sim::queue::EventQueue;
 use dsgd_sim::rng::splitmix64;
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimTime};
@@ -18,10 +19,21 @@ fn delay(i: u64) -> u64 {
     1 + splitmix64(i) % 1_000_000
 }
 
+type Group<'a> = BenchmarkGroup<'a, WallTime>;
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.throughput(Throughput::Elements(BATCH));
+    queue(&mut g);
+    binary_heap(&mut g);
+    priority_queue_crate(&mut g);
+    sim_timers(&mut g);
+    sim_messages(&mut g);
+    g.finish();
+}
 
+/// The bare event queue.
+fn queue(g: &mut Group) {
     let mut q = EventQueue::with_capacity(PENDING as usize);
     let mut i = 0;
     for _ in 0..PENDING {
@@ -38,9 +50,11 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+}
 
-    // The same workload on std's binary heap of (time, seq) (the queue's structure before the
-    // radix heap), for comparison.
+/// The same workload on std's binary heap of (time, seq) (the queue's structure before the radix
+/// heap), for comparison.
+fn binary_heap(g: &mut Group) {
     let mut bh: std::collections::BinaryHeap<Reverse<(u64, u64)>> = std::collections::BinaryHeap::new();
     let mut h = 0;
     for _ in 0..PENDING {
@@ -57,8 +71,10 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+}
 
-    // The same workload on the `priority-queue` crate, for comparison.
+/// The same workload on the `priority-queue` crate, for comparison.
+fn priority_queue_crate(g: &mut Group) {
     let mut pq: priority_queue::PriorityQueue<u64, Reverse<(u64, u64)>, rustc_hash::FxBuildHasher> =
         priority_queue::PriorityQueue::with_default_hasher();
     let mut j = 0;
@@ -76,7 +92,10 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+}
 
+/// The full engine's timers.
+fn sim_timers(g: &mut Group) {
     let mut sim: Sim<()> = Sim::new(&SimConfig::new(100, 1)).unwrap();
     for k in 0..PENDING {
         sim.set_timer((k % 100) as usize, SimDuration(delay(k)), k).unwrap();
@@ -92,7 +111,10 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+}
 
+/// Message hops on a flat 64-node network.
+fn sim_messages(g: &mut Group) {
     let mut sim: Sim<u64> = Sim::new(&SimConfig::new(64, 1)).unwrap();
     for k in 0..64 {
         sim.send(k, (k + 1) % 64, 1_000, k as u64).unwrap();
@@ -108,7 +130,6 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    g.finish();
 }
 
 criterion_group!(benches, bench);
