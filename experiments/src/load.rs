@@ -67,13 +67,26 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
 pub fn set_spec_path(root: &mut Value, path: &str, value: Value) -> Result<(), String> {
     let parts: Vec<&str> = path.split('.').collect();
     let objects = parts.len() - 1 - usize::from(parts.len() > 1 && parts[parts.len() - 1] == "kind");
-    if objects > 0 && root.is_object() {
+    if objects > 0 && root.is_object() && missing_object(root, &parts[..objects]) {
         if let Ok(spec) = deserialize_spec(root.clone()) {
             let resolved = serde_json::to_value(&spec).expect("plain data serialises");
             fill_defaults(root, &resolved, &parts[..objects]);
         }
     }
     set_path(root, path, value)
+}
+
+/// True if an object on `prefix` is absent (or null) in `root`: only then is there a default to
+/// write out.
+fn missing_object(root: &Value, prefix: &[&str]) -> bool {
+    let mut cur = root;
+    for key in prefix {
+        match cur.get(*key) {
+            None | Some(Value::Null) => return true,
+            Some(next) => cur = next,
+        }
+    }
+    false
 }
 
 /// Walks `prefix` down `root` and `resolved` together; the first object missing (or null) in
