@@ -16,6 +16,7 @@
 use crate::gradient_pool::GradientInput;
 use crate::metrics::{report_through_ledger, Ledger, Metrics, State, TimeAccount};
 use crate::protocol::{Context, JobId, Phase, Protocol, Report};
+use crate::sharing::Sharing;
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime, StreamRng, Streams};
 use rand::RngCore;
@@ -34,6 +35,8 @@ pub(crate) trait Driver<M> {
     /// Starts computing the gradient `input`; the executor hands it over later through
     /// [`Host::gradient_done`].
     fn start_gradient(&mut self, input: GradientInput, workload: &dyn Workload) -> JobId;
+    /// The executor's in-process sharing (see [`crate::sharing`]).
+    fn sharing(&mut self) -> &mut dyn Sharing;
 }
 
 /// What a rank keeps across handler calls whichever executor runs it: its random streams and
@@ -158,6 +161,9 @@ impl<M, D: Driver<M>> Context<M> for Host<'_, M, D> {
     }
     fn random(&mut self) -> u64 {
         self.core.proto_rng.next_u64()
+    }
+    fn sharing(&mut self) -> &mut dyn Sharing {
+        self.driver.sharing()
     }
 }
 

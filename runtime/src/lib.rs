@@ -24,6 +24,9 @@
 //! - [`metrics`]: counters, samples, time accounting and the per-rank `Ledger` both executors
 //!   report through.
 //! - [`gradient_pool`]: gradient jobs computed ahead of time on background threads.
+//! - [`sharing`]: an executor's in-process sharing of identical values between ranks (the
+//!   simulator's replicas, updates, averages and ring board), which a protocol reaches through
+//!   its context and never sees the threads of.
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
 //! - [`error`]: configuration errors with paths relative to the checked configuration.
 //! - [`wire`]: how message vectors are serialised for real runs (one block of bytes).
@@ -44,6 +47,7 @@ pub mod outcome;
 pub mod protocol;
 pub mod protocols;
 pub mod runner;
+pub mod sharing;
 pub mod sim_exec;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

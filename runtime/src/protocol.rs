@@ -4,6 +4,7 @@
 //! (the simulator here, MPI later) owns the clock, the network and the gradient computations and
 //! calls the handlers. A protocol never sees the event queue, a clock or a thread.
 
+use crate::sharing::Sharing;
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime};
 use std::borrow::Cow;
@@ -82,6 +83,10 @@ pub trait Context<M>: Report {
     fn workload(&self) -> &dyn Workload;
     /// A random number from this rank's own stream (`("protocol", rank)` in the simulator).
     fn random(&mut self) -> u64;
+    /// The executor's in-process sharing of identical values between ranks ([`Sharing`]): the
+    /// simulator's shares among all ranks, a real cluster's shares nothing. Either gives the
+    /// bits a rank computing alone would get.
+    fn sharing(&mut self) -> &mut dyn Sharing;
 }
 
 /// A role of a distributed algorithm.

@@ -214,7 +214,6 @@ pub fn run_timed(
         {
             SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing).run()
         }
-        const ONE_PROCESS: bool = true;
     }
     let net = sim.network.clone();
     with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing })?
@@ -224,9 +223,6 @@ pub fn run_timed(
 pub trait Drive {
     /// What running them gives.
     type Out;
-    /// True when every role runs in this process (the simulator), so roles may share memory in
-    /// place of the values their messages would carry (see [`crate::protocols::sync::Initial::in_one_process`]).
-    const ONE_PROCESS: bool = false;
     /// Runs `roles`, one per rank.
     fn drive<P: Protocol>(self, roles: Vec<P>) -> Self::Out
     where
@@ -253,7 +249,6 @@ pub fn with_roles<D: Drive>(
         AlgorithmConfig::Sync(mut c) => {
             c.fill_from(net);
             let all = SyncWorker::initial(&c, workers);
-            let all = if D::ONE_PROCESS { all.in_one_process() } else { all };
             let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();
             d.drive(roles)
         }

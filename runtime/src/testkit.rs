@@ -4,6 +4,7 @@
 //! tests (`runtime/tests/protocols.rs`) and the push-sum conservation test.
 
 use crate::protocol::{Context, JobId, Phase, Report};
+use crate::sharing::{Alone, Sharing};
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime, TimerId};
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub struct Recorder<M> {
     pub notes: Vec<String>,
     next_id: u64,
     rng: u64,
+    /// One rank on its own: nothing shared.
+    alone: Alone,
 }
 
 impl<M> Recorder<M> {
@@ -64,6 +67,7 @@ impl<M> Recorder<M> {
             notes: Vec::new(),
             next_id: 0,
             rng: 0x853c_49e6_748f_ea9b ^ rank as u64,
+            alone: Alone,
         }
     }
     /// Moves the time to `secs` seconds.
@@ -116,6 +120,9 @@ impl<M> Context<M> for Recorder<M> {
     fn random(&mut self) -> u64 {
         self.rng = self.rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         self.rng >> 11
+    }
+    fn sharing(&mut self) -> &mut dyn Sharing {
+        &mut self.alone
     }
 }
 

@@ -7,6 +7,7 @@ use crate::gradient_pool::GradientInput;
 use crate::host::{Driver, Host, RankCore};
 use crate::metrics::Metrics;
 use crate::protocol::{JobId, Protocol};
+use crate::sharing::{Alone, Sharing};
 use dsgd_models::Workload;
 use dsgd_sim::compute::ComputeModel;
 use dsgd_sim::{SimDuration, SimTime, Streams};
@@ -61,6 +62,8 @@ pub(super) struct RankIo {
     pub inc: u64,
     /// Protocol messages sent.
     pub messages_sent: u64,
+    /// One rank a process: nothing to share.
+    alone: Alone,
 }
 
 impl<M: Serialize> Driver<M> for &mut RankIo {
@@ -86,6 +89,9 @@ impl<M: Serialize> Driver<M> for &mut RankIo {
         let at_least = Duration::from_nanos(self.model.step_time(input.node, now, 1.0).as_nanos());
         let _ = self.compute.send(GradJob { job, inc: self.inc, input, at_least, asked: Instant::now() });
         dsgd_sim::JobId(job)
+    }
+    fn sharing(&mut self) -> &mut dyn Sharing {
+        &mut self.alone
     }
 }
 
@@ -128,6 +134,7 @@ where
             next_job: 0,
             inc: 0,
             messages_sent: 0,
+            alone: Alone,
         };
         Rank {
             role,

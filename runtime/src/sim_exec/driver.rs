@@ -4,6 +4,7 @@
 use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};
 use crate::host::Driver;
 use crate::protocol::JobId;
+use crate::sharing::{InProcess, Sharing};
 use crate::timing::{GradientTiming, Recording};
 use dsgd_models::Workload;
 use dsgd_sim::{Sim, SimDuration, SimTime};
@@ -88,6 +89,7 @@ pub(super) struct SimDriver<'a, M> {
     pub jobs: &'a mut BTreeMap<u64, Job>,
     pub timing: &'a mut GradientDurations,
     pub pool: Option<&'a GradientPool>,
+    pub sharing: &'a mut InProcess,
 }
 
 impl<M> Driver<M> for SimDriver<'_, M> {
@@ -118,5 +120,8 @@ impl<M> Driver<M> for SimDriver<'_, M> {
         };
         self.jobs.insert(job.0, j);
         job
+    }
+    fn sharing(&mut self) -> &mut dyn Sharing {
+        self.sharing
     }
 }

@@ -16,6 +16,7 @@ use crate::host::{Host, RankCore};
 use crate::metrics::{Metrics, Sample};
 use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Protocol, View};
+use crate::sharing::InProcess;
 use crate::timing::{GradientTiming, Recording};
 use crate::train::TrainConfig;
 use driver::{GradientDurations, Job, SimDriver};
@@ -41,6 +42,8 @@ pub struct SimExecutor<P: Protocol> {
     timing: GradientDurations,
     /// The timeline's window (`train.eval.timeline_s`), converted once.
     window: SimTime,
+    /// What the ranks, all in this process, share (see [`crate::sharing`]).
+    sharing: InProcess,
 }
 
 impl<P: Protocol> SimExecutor<P> {
@@ -67,6 +70,7 @@ impl<P: Protocol> SimExecutor<P> {
             jobs: BTreeMap::new(),
             metrics: Metrics::default(),
             threads: crate::gradient_pool::threads(),
+            sharing: InProcess::new(crate::gradient_pool::threads()),
             pool: None,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
@@ -80,8 +84,13 @@ impl<P: Protocol> SimExecutor<P> {
 
     /// Rank `rank`'s role and the host core's context for a handler call on it.
     fn host(&mut self, rank: usize) -> (&mut P, Host<'_, P::Msg, SimDriver<'_, P::Msg>>) {
-        let driver =
-            SimDriver { sim: &mut self.sim, jobs: &mut self.jobs, timing: &mut self.timing, pool: self.pool.as_ref() };
+        let driver = SimDriver {
+            sim: &mut self.sim,
+            jobs: &mut self.jobs,
+            timing: &mut self.timing,
+            pool: self.pool.as_ref(),
+            sharing: &mut self.sharing,
+        };
         let host = Host {
             core: &mut self.cores[rank],
             metrics: &mut self.metrics,
@@ -169,6 +178,7 @@ impl<P: Protocol> SimExecutor<P> {
                     }
                     keep
                 });
+                self.sharing.crashed(node);
                 let (p, c) = self.host(node);
                 c.crashed(p);
             }

@@ -74,7 +74,7 @@ impl SyncWorker {
 
     /// Starts a probe of `epoch`: pauses the iteration and asks every rank to answer.
     fn start_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, epoch: u32) {
-        self.collective.abandon();
+        self.collective.abandon(ctx.sharing());
         if self.stage == Stage::Reducing {
             self.stage = Stage::Computing; // the gradient is kept; the reduction starts over
         }
@@ -151,10 +151,9 @@ impl SyncWorker {
     /// The donor sends its parameters and optimizer state to every other responder.
     fn hand_state(&mut self, ctx: &mut dyn Context<SyncMsg>, p: &Probing) {
         let rank = ctx.rank();
-        // The members that adopt this state share the donor's vectors (see `shared_replicas`).
-        let params = self.replicas().share(self.params.clone());
-        self.params = params;
-        let velocity = self.replicas().share(self.opt.shared_velocity().clone());
+        // The members that adopt this state share the donor's vectors (see `crate::sharing`).
+        self.params = ctx.sharing().share(self.params.clone());
+        let velocity = ctx.sharing().share(self.opt.shared_velocity().clone());
         self.opt.adopt_shared(velocity, self.opt.steps());
         for (&m, _) in p.responders.iter().filter(|(&m, _)| m != rank) {
             let msg = SyncMsg::State(Box::new(StateMsg {
@@ -189,7 +188,7 @@ impl SyncWorker {
         if epoch < self.now.epoch || !self.stage.awaits_state() {
             return;
         }
-        let velocity = self.share(velocity);
+        let velocity = Self::share(ctx, velocity);
         self.opt.adopt_shared(velocity, steps);
         self.adopt(ctx, params, done);
     }

@@ -24,8 +24,6 @@
 
 mod membership;
 mod reduce;
-mod shared_replicas;
-mod shared_ring;
 
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
 use crate::optimizer::{OptimizerConfig, Sgd};
@@ -33,7 +31,7 @@ use crate::protocol::{Context, JobId, Protocol, View};
 use crate::protocols::service::Service;
 use dsgd_sim::{NetworkConfig, SimDuration, SimTime, Topology};
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Configuration of synchronous SGD.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,7 +108,8 @@ pub enum SyncMsg {
         #[serde(with = "crate::wire::pod")]
         data: Vec<f32>,
     },
-    /// A gradient for the analytic all-reduce or for the backup-worker aggregator.
+    /// A gradient for the analytic all-reduce or for the backup-worker aggregator (shared, so
+    /// that the simulator, which never serialises, moves no copy of it to each member).
     Grad {
         /// Membership view (see [`view_id`]).
         view: u64,
@@ -119,20 +118,7 @@ pub enum SyncMsg {
         /// When the sender's gradient was ready.
         ready: SimTime,
         /// Values.
-        #[serde(with = "crate::wire::pod")]
-        data: Vec<f32>,
-    },
-    /// A gradient for the analytic all-reduce, shared with every member instead of copied to
-    /// each. The analytic modes run only in the simulator, so it never crosses a real network.
-    #[serde(skip)]
-    Shared {
-        /// Membership view (see [`view_id`]).
-        view: u64,
-        /// Iteration.
-        iter: u64,
-        /// When the sender's gradient was ready.
-        ready: SimTime,
-        /// Values.
+        #[serde(with = "crate::wire::pod_shared")]
         data: Arc<Vec<f32>>,
     },
     /// New parameters from the backup-worker aggregator; `iter` iterations are now done.
@@ -288,10 +274,6 @@ pub struct SyncWorker {
     collective: reduce::CollectiveState,
     /// Gradients received by the analytic and backup modes, by (view, iteration).
     gathered: reduce::Gathered,
-    /// The analytic modes' sums, shared by the workers of a simulated run.
-    sums: Arc<Mutex<reduce::AnalyticSums>>,
-    /// Identical replicas' vectors and updates, shared by the workers of a run.
-    replicas: Arc<Mutex<shared_replicas::SharedReplicas>>,
     /// Chunks waiting to be handled (when `message_time_us > 0`).
     chunks: Service<SyncMsg>,
 }
@@ -301,22 +283,6 @@ pub struct SyncWorker {
 pub struct Initial {
     now: Membership,
     groups: Option<(u64, Arc<Groups>)>,
-    /// The analytic modes' sums, computed once for all members.
-    sums: Arc<Mutex<reduce::AnalyticSums>>,
-    /// The ring's board, when every member runs in this process ([`Initial::in_one_process`]).
-    ring: Option<Arc<Mutex<shared_ring::SharedRing>>>,
-    /// Identical replicas, held once.
-    replicas: Arc<Mutex<shared_replicas::SharedReplicas>>,
-}
-
-impl Initial {
-    /// Every worker runs in this process (the simulator): a ring all-reduce's messages carry no
-    /// values, and its average is computed once for all members, with the ring's bits (see
-    /// `shared_ring.rs`).
-    pub fn in_one_process(mut self) -> Self {
-        self.ring = Some(Arc::new(Mutex::new(shared_ring::SharedRing::new(crate::gradient_pool::threads()))));
-        self
-    }
 }
 
 impl SyncWorker {
@@ -334,20 +300,13 @@ impl SyncWorker {
             .collective
             .is_hierarchical()
             .then(|| (view, Arc::new(Groups::of_ranks(&members, cfg.group_size.unwrap_or(ranks)))));
-        Initial {
-            now: Membership { members, epoch: 0, view },
-            groups,
-            sums: Default::default(),
-            ring: None,
-            replicas: Default::default(),
-        }
+        Initial { now: Membership { members, epoch: 0, view }, groups }
     }
 
     /// A worker of the initial membership from [`SyncWorker::initial`], shared by all workers.
     pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
-        let Initial { now, groups, sums, ring, replicas } = initial.clone();
+        let Initial { now, groups } = initial.clone();
         let mode = Mode::of(&cfg);
-        let ring = ring.filter(|_| mode == Mode::Collective && cfg.collective == CollectiveKind::Ring);
         SyncWorker {
             cfg,
             mode,
@@ -365,10 +324,8 @@ impl SyncWorker {
             gen: 0,
             watchdog: membership::Watchdog::default(),
             pending_state: None,
-            collective: reduce::CollectiveState::new(groups, ring),
+            collective: reduce::CollectiveState::new(groups),
             gathered: reduce::Gathered::new(),
-            sums,
-            replicas,
             chunks: Service::new(cfg.message_time_us),
         }
     }
@@ -410,13 +367,10 @@ impl SyncWorker {
     fn me(&self, rank: usize) -> Option<usize> {
         self.now.members.iter().position(|&m| m == rank)
     }
-    /// The identical replicas' board.
-    fn replicas(&self) -> std::sync::MutexGuard<'_, shared_replicas::SharedReplicas> {
-        self.replicas.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    /// `v`, or a vector with its bits that another member already holds.
-    fn share(&self, v: Vec<f32>) -> Arc<Vec<f32>> {
-        self.replicas().share(Arc::new(v))
+    /// `v`, or a vector with its bits that another member already holds (see
+    /// [`crate::sharing`]).
+    fn share(ctx: &mut dyn Context<SyncMsg>, v: Vec<f32>) -> Arc<Vec<f32>> {
+        ctx.sharing().share(Arc::new(v))
     }
 
     /// Starts computing the gradient of iteration `done` at the current parameters.
@@ -430,7 +384,7 @@ impl SyncWorker {
     /// Adopts new parameters (from the backup aggregator or a donor) with `done` iterations, and
     /// starts the next one.
     fn adopt(&mut self, ctx: &mut dyn Context<SyncMsg>, params: Vec<f32>, done: u64) {
-        self.params = self.share(params);
+        self.params = Self::share(ctx, params);
         self.done = done;
         self.invalidate();
         self.begin_iteration(ctx);
@@ -441,9 +395,10 @@ impl Protocol for SyncWorker {
     type Msg = SyncMsg;
 
     fn on_start(&mut self, ctx: &mut dyn Context<SyncMsg>) {
-        self.params = self.share(ctx.workload().init());
+        let init = ctx.workload().init();
+        self.params = Self::share(ctx, init);
         self.opt = Sgd::new(self.opt_cfg, self.params.len(), ctx.ranks());
-        let velocity = self.replicas().share(self.opt.shared_velocity().clone());
+        let velocity = ctx.sharing().share(self.opt.shared_velocity().clone());
         self.opt.adopt_shared(velocity, 0);
         ctx.set_timer(self.timeout(), HELLO);
         if self.stage == Stage::Crashed {
@@ -459,8 +414,7 @@ impl Protocol for SyncWorker {
         match msg {
             SyncMsg::Chunk { .. } if !self.chunks.is_instant() => self.chunks.arrive(ctx, from, msg, SERVED),
             SyncMsg::Chunk { view, iter, round, data } => self.on_chunk(ctx, (view, iter), round, data),
-            SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, Arc::new(data)),
-            SyncMsg::Shared { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
+            SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
             SyncMsg::Params { view, iter, params } => {
                 let current = view == self.now.view && iter > self.done;
                 if current && self.probing.is_none() && !self.stage.awaits_state() {
@@ -506,7 +460,6 @@ impl Protocol for SyncWorker {
     }
 
     fn on_crash(&mut self) {
-        self.collective.abandon();
         self.job = None;
         self.grad = None;
         self.probing = None;

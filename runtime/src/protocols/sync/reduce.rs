@@ -1,58 +1,21 @@
 //! The three ways a synchronous worker reduces its gradient ([`Mode`]): a message-level
 //! collective, the analytic closed form, and backup-worker aggregation. Each mode starts in
 //! [`SyncWorker::start_reduce`] and ends in [`SyncWorker::step`], which applies the average and
-//! begins the next iteration (through [`SyncWorker::finish`] where the mode holds a sum). In the
-//! simulator the ring's average comes from a board shared by the members ([`SharedRing`]).
+//! begins the next iteration (through [`SyncWorker::finish`] where the mode holds a sum). Where
+//! the executor keeps a ring board ([`crate::sharing`]), the ring's average comes from it and the
+//! ring's messages carry no values.
 
-use super::shared_ring::SharedRing;
 use super::{Membership, Mode, Stage, SyncMsg, SyncWorker, ANALYTIC_DONE};
 use crate::collectives::{self, CollectiveKind, Groups, Outgoing, Run, Schedule};
 use crate::protocol::{Context, Phase};
+use crate::sharing::{scaled, sum_in_order, RingKey, Seat, Sharing};
 use dsgd_sim::SimTime;
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A gradient received for (view, iteration): sender, when it was ready, values (shared by every
 /// member in the analytic modes).
 type Contribution = (usize, SimTime, Arc<Vec<f32>>);
-
-/// The analytic modes' averages, shared by the workers of one simulated run. Every member of an
-/// iteration sums the same gradients (the very same shared vectors) in the same rank order, so
-/// the first member computes the average and the others share it: p sums of p gradients an
-/// iteration become one. Only a cache: an average is found by the identity of the vectors it was
-/// computed from (held weakly, so no gradient is kept alive by it, and no other vector can take
-/// a freed one's address while it is held), and an evicted one is computed again with the same
-/// bits.
-#[derive(Debug, Default)]
-pub struct AnalyticSums {
-    entries: VecDeque<SumEntry>,
-}
-
-/// An average and the vectors it was computed from, in order.
-type SumEntry = (Vec<Weak<Vec<f32>>>, Arc<Vec<f32>>);
-
-impl AnalyticSums {
-    /// Averages kept: the current iteration's, and one a member still finishing may ask for.
-    const KEEP: usize = 2;
-
-    /// The average of `got` (summed in rank order).
-    fn average(&mut self, got: Vec<Contribution>) -> Arc<Vec<f32>> {
-        let same = |from: &[Weak<Vec<f32>>]| {
-            from.len() == got.len() && from.iter().zip(&got).all(|(w, g)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&g.2)))
-        };
-        if let Some((_, sum)) = self.entries.iter().find(|(from, _)| same(from)) {
-            return sum.clone();
-        }
-        let from = got.iter().map(|g| Arc::downgrade(&g.2)).collect();
-        let p = got.len();
-        let avg = Arc::new(scaled(sum_in_order(got.into_iter().map(|g| g.2)), p));
-        if self.entries.len() == Self::KEEP {
-            self.entries.pop_front();
-        }
-        self.entries.push_back((from, avg.clone()));
-        avg
-    }
-}
 
 /// Gradients received by the analytic and backup modes, by (view, iteration).
 pub(super) type Gathered = BTreeMap<(u64, u64), Vec<Contribution>>;
@@ -69,43 +32,37 @@ pub(super) struct CollectiveState {
     groups: Option<(u64, Arc<Groups>)>,
     /// The collective's messages of one poll (kept to reuse its allocation).
     outbox: Vec<Outgoing>,
-    /// The ring's board when every member runs in this process (see [`SharedRing`]).
-    shared: Option<Arc<Mutex<SharedRing>>>,
-    /// The iteration (view, iteration) and member index under which this member's gradient is
-    /// on the board, until it takes the average or gives the iteration up.
-    deposited: Option<((u64, u64), usize)>,
+    /// The iteration and member index under which this member's gradient is on the executor's
+    /// ring board, until it takes the average or gives the iteration up.
+    deposited: Option<(RingKey, usize)>,
 }
 
 impl CollectiveState {
-    pub(super) fn new(groups: Option<(u64, Arc<Groups>)>, shared: Option<Arc<Mutex<SharedRing>>>) -> Self {
+    pub(super) fn new(groups: Option<(u64, Arc<Groups>)>) -> Self {
         CollectiveState {
             run: None,
             early: BTreeMap::new(),
             schedule: None,
             groups,
             outbox: Vec::new(),
-            shared,
             deposited: None,
         }
     }
 
-    /// Stops the running collective (a probe or a crash).
-    pub(super) fn abandon(&mut self) {
+    /// Stops the running collective (a probe), giving its place on the ring board up.
+    pub(super) fn abandon(&mut self, sharing: &mut dyn Sharing) {
         self.run = None;
         if let Some((key, me)) = self.deposited.take() {
-            self.board().leave(key, me);
+            sharing.ring_leave(key, me);
         }
     }
 
-    /// Forgets every round received (a crash).
+    /// Forgets the running collective and every round received (a crash; the executor gives the
+    /// crashed rank's places on its ring board up).
     pub(super) fn clear(&mut self) {
-        self.abandon();
+        self.run = None;
+        self.deposited = None;
         self.early.clear();
-    }
-
-    /// The shared ring's board (there is one when a gradient is on it).
-    fn board(&self) -> std::sync::MutexGuard<'_, SharedRing> {
-        self.shared.as_ref().expect("a shared ring").lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drops the rounds of views older than `view` (a membership change).
@@ -140,13 +97,13 @@ impl SyncWorker {
         match self.mode {
             Mode::Collective => self.start_collective(ctx, me, grad),
             Mode::Backup if rank != self.aggregator() => {
-                let msg = SyncMsg::Grad { view, iter, ready, data: Vec::clone(&grad) };
+                let msg = SyncMsg::Grad { view, iter, ready, data: grad };
                 ctx.send(self.aggregator(), msg, Self::bytes(ctx));
             }
             Mode::Backup | Mode::Analytic => {
                 if self.mode == Mode::Analytic {
                     for &m in self.now.members.iter().filter(|&&m| m != rank) {
-                        ctx.send(m, SyncMsg::Shared { view, iter, ready, data: grad.clone() }, 0);
+                        ctx.send(m, SyncMsg::Grad { view, iter, ready, data: grad.clone() }, 0);
                     }
                 }
                 self.gathered.entry((view, iter)).or_default().push((rank, ready, grad));
@@ -155,8 +112,8 @@ impl SyncWorker {
         }
     }
 
-    /// Message-level mode: runs this member's schedule, with the rounds that came early. A
-    /// shared ring's messages carry no values: the gradient goes on the board instead.
+    /// Message-level mode: runs this member's schedule, with the rounds that came early. A ring
+    /// whose gradients the executor's board holds sends messages without values.
     fn start_collective(&mut self, ctx: &mut dyn Context<SyncMsg>, me: usize, grad: Arc<Vec<f32>>) {
         let key = (self.now.view, self.done);
         let wire = collectives::wire_params(ctx.workload());
@@ -172,8 +129,10 @@ impl SyncWorker {
                 steps
             }
         };
-        let buf = if self.collective.shared.is_some() {
-            self.collective.board().deposit(key, self.now.members.len(), me, grad, wire);
+        let seat = Seat { key, of: self.now.members.len(), me, rank: ctx.rank() };
+        let on_board =
+            self.cfg.collective == CollectiveKind::Ring && ctx.sharing().ring_deposit(seat, grad.clone(), wire);
+        let buf = if on_board {
             self.collective.deposited = Some((key, me));
             Vec::new()
         } else {
@@ -225,7 +184,7 @@ impl SyncWorker {
             match self.collective.deposited.take() {
                 Some((key, me)) => {
                     let wire = collectives::wire_params(ctx.workload());
-                    let avg = self.collective.board().average(key, me, wire);
+                    let avg = ctx.sharing().ring_average(key, me, wire);
                     self.step(ctx, &avg);
                 }
                 None => {
@@ -295,7 +254,7 @@ impl SyncWorker {
     pub(super) fn analytic_done(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         let mut got = self.gathered.remove(&(self.now.view, self.done)).unwrap_or_default();
         got.sort_by_key(|g| g.0);
-        let avg = self.sums.lock().unwrap_or_else(|e| e.into_inner()).average(got);
+        let avg = ctx.sharing().average(got.into_iter().map(|g| g.2).collect());
         self.step(ctx, &avg);
     }
 
@@ -307,9 +266,7 @@ impl SyncWorker {
     /// Applies the average gradient, records the iteration, sends the new parameters in backup
     /// mode, and begins the next iteration.
     fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &Arc<Vec<f32>>) {
-        let mut replicas = self.replicas.lock().unwrap_or_else(|e| e.into_inner());
-        replicas.step(&mut self.params, &mut self.opt, avg);
-        drop(replicas);
+        ctx.sharing().step(&mut self.params, &mut self.opt, avg);
         self.done += 1;
         self.invalidate();
         let rank = ctx.rank();
@@ -344,55 +301,5 @@ impl SyncWorker {
         } else {
             members[0]
         }
-    }
-}
-
-/// The average of `contributors` vectors whose sum is `sum`.
-fn scaled(mut sum: Vec<f32>, contributors: usize) -> Vec<f32> {
-    let scale = 1.0 / contributors as f32;
-    sum.iter_mut().for_each(|x| *x *= scale);
-    sum
-}
-
-/// Sums vectors in the given order (empty vectors stay empty: timing-only workloads); the first
-/// is summed into in place when nothing else holds it.
-fn sum_in_order(mut vs: impl Iterator<Item = Arc<Vec<f32>>>) -> Vec<f32> {
-    let mut acc = vs.next().map(Arc::unwrap_or_clone).unwrap_or_default();
-    for v in vs {
-        acc.iter_mut().zip(v.iter()).for_each(|(a, b)| *a += b);
-    }
-    acc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn contributions(values: &[Vec<f32>]) -> Vec<Contribution> {
-        values.iter().enumerate().map(|(r, v)| (r, SimTime::ZERO, Arc::new(v.clone()))).collect()
-    }
-
-    #[test]
-    fn the_analytic_sum_is_computed_once_for_the_same_vectors_and_again_for_others() {
-        let mut sums = AnalyticSums::default();
-        let got = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 8.0]]);
-        let first = sums.average(got.clone());
-        assert_eq!(*first, scaled(vec![5.5, 10.25], 3));
-        // Every member asks with the same shared vectors: the cached sum, no new entry.
-        for _ in 0..5 {
-            assert!(Arc::ptr_eq(&sums.average(got.clone()), &first));
-        }
-        assert_eq!(sums.entries.len(), 1);
-        // Equal values in other vectors (another iteration) are summed anew, not taken for these.
-        let other = contributions(&[vec![1.0, 2.0], vec![0.5, 0.25], vec![4.0, 9.0]]);
-        assert_eq!(*sums.average(other.clone()), scaled(vec![5.5, 11.25], 3));
-        assert_eq!(sums.entries.len(), 2);
-        // A subset of the vectors (a member that lost one) is another sum.
-        assert_eq!(*sums.average(got[..2].to_vec()), vec![0.75, 1.125]);
-        assert_eq!(sums.entries.len(), AnalyticSums::KEEP);
-        // The cache holds no gradient alive.
-        let weak = Arc::downgrade(&other[2].2);
-        drop(other);
-        assert!(weak.upgrade().is_none());
     }
 }

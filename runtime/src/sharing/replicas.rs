@@ -2,10 +2,10 @@
 //!
 //! Synchronous SGD keeps every member's replica bit-identical: the same initial parameters, the
 //! same average applied by the same optimizer, a donor's state after a membership change. In
-//! one process (the simulator) the members' replicas can therefore be one shared vector, and
-//! each iteration's update computed once instead of once a member: at 100 members that is 99
-//! optimizer passes over the model, and 100 copies of it into the gradient jobs, saved an
-//! iteration, all on the simulator's one thread.
+//! one process (the simulator's executor, [`super::InProcess`]) the members' replicas can
+//! therefore be one shared vector, and each iteration's update computed once instead of once a
+//! member: at 100 members that is 99 optimizer passes over the model, and 100 copies of it into
+//! the gradient jobs, saved an iteration, all on the simulator's one thread.
 //!
 //! Sharing is found, never assumed: [`SharedReplicas::share`] hands out a vector already held
 //! only when its bits are equal, and [`SharedReplicas::step`] reuses an update only for the very

@@ -6,8 +6,8 @@
 //! members still send every round's message (same sizes, same times, so the same trace), but the
 //! messages carry no values: each member leaves its gradient on a board shared by the run, and
 //! the first member to finish computes the average once ([`ring::result`]: the ring's additions
-//! in the ring's order, so the same bits) for all of them. Only the simulator builds a board;
-//! real runs send the values.
+//! in the ring's order, so the same bits) for all of them. Only the simulator's executor keeps a
+//! board ([`super::InProcess`]); real runs send the values.
 //!
 //! The sum need not wait for the ring: once the last member has left its gradient, the average is
 //! a pure function of what lies on the board, so with more than one thread it is summed at once on
@@ -17,8 +17,10 @@
 //!
 //! A member finishes only after every member's first message has passed round the ring, so every
 //! gradient is on the board by then. An entry is dropped once every member that left a gradient
-//! has taken the average or given the iteration up (a probe or a crash).
+//! has taken the average or given the iteration up: a probe, or a crash (which the executor
+//! reports, [`SharedRing::crashed`], since a crashed rank does nothing).
 
+use super::{RingKey, Seat};
 use crate::collectives::ring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use std::thread::JoinHandle;
 /// The gradients and averages of the iterations in progress, by (view, iteration).
 #[derive(Debug)]
 pub struct SharedRing {
-    entries: BTreeMap<(u64, u64), Entry>,
+    entries: BTreeMap<RingKey, Entry>,
     /// Threads summing an average (see [`ring::result`]; the result does not depend on them).
     threads: usize,
     /// Additions from which an average is summed in the background ([`BACKGROUND_SUM`]).
@@ -40,6 +42,8 @@ struct Entry {
     grads: Vec<Option<Arc<Vec<f32>>>>,
     /// Members that left a gradient and have neither taken the average nor given up.
     open: Vec<bool>,
+    /// The rank in each member's seat, once it has left a gradient.
+    ranks: Vec<usize>,
     /// The average, once a member asked for it.
     average: Option<Arc<Vec<f32>>>,
     /// The average being summed in the background since the last gradient came in.
@@ -66,13 +70,15 @@ impl SharedRing {
         SharedRing { entries: BTreeMap::new(), threads, background_from: BACKGROUND_SUM }
     }
 
-    /// Member `me` of `p` leaves its gradient for iteration `key`, whose ring runs over a
-    /// nominal vector of `wire` elements. The last gradient in starts the sum in the background
-    /// (with more than one thread).
-    pub fn deposit(&mut self, key: (u64, u64), p: usize, me: usize, grad: Arc<Vec<f32>>, wire: usize) {
+    /// A member leaves its gradient in its `seat`, whose ring runs over a nominal vector of `wire`
+    /// elements. The last gradient in starts the sum in the background (with more than one
+    /// thread).
+    pub fn deposit(&mut self, seat: Seat, grad: Arc<Vec<f32>>, wire: usize) {
+        let Seat { key, of: p, me, rank } = seat;
         let e = self.entries.entry(key).or_insert_with(|| Entry {
             grads: vec![None; p],
             open: vec![false; p],
+            ranks: vec![usize::MAX; p],
             average: None,
             summing: None,
             missing: p,
@@ -83,6 +89,7 @@ impl SharedRing {
             e.missing -= 1;
         }
         e.open[me] = true;
+        e.ranks[me] = rank;
         // Worth a thread when the sum is about a millisecond of additions (a thread costs tens of
         // microseconds to start; timing-only runs have no values at all).
         let worth = len.saturating_mul(p) >= self.background_from;
@@ -96,7 +103,7 @@ impl SharedRing {
     /// The average of iteration `key` for member `me`, whose ring (over a nominal vector of
     /// `wire` elements) has finished: taken from the background sum, or computed by the first
     /// member to ask.
-    pub fn average(&mut self, key: (u64, u64), me: usize, wire: usize) -> Arc<Vec<f32>> {
+    pub fn average(&mut self, key: RingKey, me: usize, wire: usize) -> Arc<Vec<f32>> {
         let e = self.entries.get_mut(&key).expect("a member whose ring finished left its gradient");
         if e.average.is_none() {
             let avg = match e.summing.take() {
@@ -117,12 +124,24 @@ impl SharedRing {
         avg
     }
 
-    /// Member `me` gives iteration `key` up (a probe or a crash).
-    pub fn leave(&mut self, key: (u64, u64), me: usize) {
+    /// Member `me` gives iteration `key` up (a probe).
+    pub fn leave(&mut self, key: RingKey, me: usize) {
         self.close(key, me);
     }
 
-    fn close(&mut self, key: (u64, u64), me: usize) {
+    /// Rank `rank` crashed: every seat it holds is given up.
+    pub fn crashed(&mut self, rank: usize) {
+        let seats: Vec<(RingKey, usize)> = self
+            .entries
+            .iter()
+            .flat_map(|(&k, e)| (0..e.open.len()).filter(|&m| e.open[m] && e.ranks[m] == rank).map(move |m| (k, m)))
+            .collect();
+        for (key, me) in seats {
+            self.close(key, me);
+        }
+    }
+
+    fn close(&mut self, key: RingKey, me: usize) {
         if let Some(e) = self.entries.get_mut(&key) {
             if let Some(open) = e.open.get_mut(me) {
                 *open = false;
@@ -158,8 +177,9 @@ mod tests {
             (0..4).map(|m| Arc::new((0..10).map(|i| (m * 10 + i) as f32 * 0.37 + 0.1).collect())).collect();
         let mut board = SharedRing::new(threads);
         board.background_from = background_from;
+        let seat = |key, of, me| Seat { key, of, me, rank: 10 + me };
         for (m, g) in grads.iter().enumerate() {
-            board.deposit((5, 9), 4, m, g.clone(), 10);
+            board.deposit(seat((5, 9), 4, m), g.clone(), 10);
         }
         let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
         let expect: Vec<f32> = ring::result(&refs, 10, 1).iter().map(|x| x * 0.25).collect();
@@ -174,17 +194,30 @@ mod tests {
         assert_eq!(board.len(), 0);
         // An iteration every member gave up (a probe) leaves nothing behind, whether or not all
         // gradients came in.
-        board.deposit((6, 0), 3, 0, grads[0].clone(), 10);
-        board.deposit((6, 0), 3, 2, grads[2].clone(), 10);
+        board.deposit(seat((6, 0), 3, 0), grads[0].clone(), 10);
+        board.deposit(seat((6, 0), 3, 2), grads[2].clone(), 10);
         board.leave((6, 0), 2);
         board.leave((6, 0), 0);
         assert_eq!(board.len(), 0);
         assert_eq!(Arc::strong_count(&grads[0]), 1, "the board holds no gradient of a finished iteration");
         // An iteration given up after its last gradient came in (its sum may be running).
         for (m, g) in grads.iter().enumerate() {
-            board.deposit((7, 0), 4, m, g.clone(), 10);
+            board.deposit(seat((7, 0), 4, m), g.clone(), 10);
         }
         (0..4).for_each(|m| board.leave((7, 0), m));
         assert_eq!(board.len(), 0);
+        // Ranks that crashed (and so never leave) give their seats up through the executor: two
+        // iterations open, one crashed rank in each, then the rest finish.
+        for key in [(8, 0), (8, 1)] {
+            for (m, g) in grads.iter().enumerate() {
+                board.deposit(seat(key, 4, m), g.clone(), 10);
+            }
+        }
+        board.crashed(11); // member 1 of both
+        for m in [0, 2, 3] {
+            board.average((8, 0), m, 10);
+            board.average((8, 1), m, 10);
+        }
+        assert_eq!(board.len(), 0, "a crashed rank's seats do not keep an iteration open");
     }
 }
