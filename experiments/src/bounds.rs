@@ -167,7 +167,7 @@ pub fn human(bytes: f64) -> String {
 }
 
 /// Refuses a spec whose estimate exceeds 90% of the available memory (where it is known).
-pub fn check_memory(spec: &Spec) -> Result<(), String> {
+pub fn check_memory(spec: &Spec) -> crate::Result<()> {
     let (Some(avail), e) = (available_memory(), estimate(spec)) else { return Ok(()) };
     if e.bytes <= 0.9 * avail {
         return Ok(());
@@ -179,13 +179,7 @@ pub fn check_memory(spec: &Spec) -> Result<(), String> {
         .take(3)
         .map(|(f, b)| format!("{f}: {}", human(*b)))
         .collect();
-    Err(format!(
-        "this run needs about {} of memory and {} is available; it is driven by {}. Lower those fields, \
-         or add --force to run it anyway",
-        human(e.bytes),
-        human(avail),
-        drivers.join("; ")
-    ))
+    Err(crate::Error::Memory { needed: human(e.bytes), available: human(avail), drivers: drivers.join("; ") })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //!   where the workers compute side by side on the same cores).
 
 use crate::spec::Spec;
+use crate::{Error, Result};
 use dsgd_runtime::collectives::{CollectiveKind, Run, Schedule};
 use dsgd_runtime::mpi_exec::outbox::Outbox;
 use dsgd_runtime::mpi_exec::{self, precise_sleeps, try_receive};
@@ -280,16 +281,16 @@ fn fit(points: &[PingPong], up_to: usize, through: usize, pattern: Pattern) -> F
 
 /// The largest message `spec` sends, bytes: a model's worth of parameters (the wire size of a
 /// timing-only workload), at least 16 KiB.
-pub fn largest_message(spec: &Spec) -> Result<usize, String> {
-    let r = spec.resolve().map_err(|e| e.to_string())?;
+pub fn largest_message(spec: &Spec) -> Result<usize> {
+    let r = spec.resolve()?;
     Ok((4 * r.workload.param_count() + 64).max(16 << 10))
 }
 
 /// The payload of the messages that carry `spec`'s traffic on `ranks` ranks, bytes: a ring
 /// all-reduce's chunk (a model's worth over the workers), or a model's worth for the others
 /// (servers' slices, elastic exchanges and gossip replies, a tree's rounds).
-pub fn bulk_message(spec: &Spec, ranks: usize) -> Result<usize, String> {
-    let r = spec.resolve().map_err(|e| e.to_string())?;
+pub fn bulk_message(spec: &Spec, ranks: usize) -> Result<usize> {
+    let r = spec.resolve()?;
     let params = r.workload.param_count();
     Ok(match &spec.algorithm {
         AlgorithmConfig::Sync(c)
@@ -365,8 +366,8 @@ pub fn sizes_for(largest: &[usize], bulk: &[usize]) -> Vec<usize> {
 
 /// The gradient step times of `spec`'s workload, timed on every worker rank at once; on rank 0,
 /// one list per worker (empty for a timing-only workload).
-pub fn step_times(world: &SimpleCommunicator, spec: &Spec, steps: usize) -> Result<Vec<Vec<f64>>, String> {
-    let r = spec.resolve().map_err(|e| e.to_string())?;
+pub fn step_times(world: &SimpleCommunicator, spec: &Spec, steps: usize) -> Result<Vec<Vec<f64>>> {
+    let r = spec.resolve()?;
     let me = world.rank() as usize;
     let mut mine = Vec::new();
     world.barrier();
@@ -411,8 +412,8 @@ pub fn step_summary(steps: &[Vec<f64>], floor_s: f64) -> Option<(f64, f64)> {
 
 /// The mean time of a synchronous spec's own all-reduce of its model on every rank (when the
 /// spec has one rank a worker and as many workers as ranks), seconds.
-pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<f64>, String> {
-    let r = spec.resolve().map_err(|e| e.to_string())?;
+pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<f64>> {
+    let r = spec.resolve()?;
     match &spec.algorithm {
         AlgorithmConfig::Sync(c)
             if Pattern::of(spec, r.workers) == Pattern::Ring && r.workers == world.size() as usize =>
@@ -425,9 +426,11 @@ pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option
 }
 
 /// `dsgd calibrate`: the network and, with a spec, its workload's gradient times.
-pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Option<Calibration>, String> {
+pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Option<Calibration>> {
     if world.size() < 2 {
-        return Err("calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into());
+        return Err(Error::Mpi(
+            "calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into(),
+        ));
     }
     let ranks = world.size() as usize;
     let largest = spec.map(largest_message).transpose()?.unwrap_or(4 << 20);

@@ -7,6 +7,7 @@
 //! replays.
 
 use crate::analysis::flatten;
+use crate::{Error, Result};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,14 +40,14 @@ impl RunDiff {
     }
 }
 
-fn read_json(dir: &Path, file: &str) -> Result<Value, String> {
+fn read_json(dir: &Path, file: &str) -> Result<Value> {
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| {
         let hint =
             if dir.join("runs").is_dir() { " (a sweep folder: give two run folders, e.g. DIR/runs/0003)" } else { "" };
-        format!("{}: {e}{hint}", path.display())
+        Error::file(&path, format!("{e}{hint}"))
     })?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))
+    serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("not valid JSON: {e}")))
 }
 
 fn compare(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<Difference> {
@@ -80,7 +81,7 @@ fn flat_summary(v: &Value) -> BTreeMap<String, String> {
 }
 
 /// Compares run folders `a` and `b`.
-pub fn diff_runs(a: &Path, b: &Path) -> Result<RunDiff, String> {
+pub fn diff_runs(a: &Path, b: &Path) -> Result<RunDiff> {
     let (sa, sb) = (read_json(a, "spec.json")?, read_json(b, "spec.json")?);
     let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
     flatten("", &sa, &mut fa);

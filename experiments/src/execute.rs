@@ -2,6 +2,7 @@
 
 use crate::output::{metrics_csv, timeline_csv, Staging, Summary};
 use crate::spec::Spec;
+use crate::{Error, Result};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::runner;
 use dsgd_runtime::timing::{GradientTiming, Recording};
@@ -19,20 +20,19 @@ pub struct Outcome {
 
 /// Runs a (validated) spec. The wall clock is read only to report `wall_time_s` (and, where the
 /// spec asks for measured gradient times, to time each gradient).
-pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome, String> {
+pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome> {
     execute_with(spec, trace, None)
 }
 
 /// [`execute`], with gradient durations from `recording` when given (the replay of a measured run).
-pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> Result<Outcome, String> {
-    let mut r = spec.resolve().map_err(|e| e.to_string())?;
+pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> Result<Outcome> {
+    let mut r = spec.resolve()?;
     r.sim.trace = trace;
     if let Some(rec) = recording {
         r.timing = GradientTiming::Replay(Arc::new(rec));
     }
     let started = Instant::now();
-    let result = runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing)
-        .map_err(|e| e.to_string())?;
+    let result = runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing)?;
     let wall = started.elapsed().as_secs_f64();
     let summary = Summary::new(spec, &result, wall).with_histograms(r.workload.as_ref());
     Ok(Outcome { result, summary })
@@ -42,18 +42,18 @@ pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> R
 pub const GRADIENT_TIMES: &str = "gradient_times.csv";
 
 /// The measured gradient durations saved in run folder `dir`, if it has them.
-pub fn saved_recording(dir: &Path) -> Result<Option<Recording>, String> {
+pub fn saved_recording(dir: &Path) -> Result<Option<Recording>> {
     let path = dir.join(GRADIENT_TIMES);
     match std::fs::read_to_string(&path) {
-        Ok(text) => Recording::from_csv(&text, &path.display().to_string()).map(Some),
+        Ok(text) => Ok(Some(Recording::from_csv(&text, &path.display().to_string())?)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => Err(Error::io("read", &path)(e)),
     }
 }
 
 /// Writes a run's folder atomically at `dest`.
-pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf, String> {
-    let io = |e: std::io::Error| format!("cannot write {}: {e}", dest.display());
+pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf> {
+    let io = |e: std::io::Error| Error::io("write", dest)(e);
     let stage = Staging::new(dest).map_err(io)?;
     let json = |v: &dyn erased::Json| v.pretty();
     stage.write("spec.json", json(spec).as_bytes()).map_err(io)?;
@@ -65,7 +65,7 @@ pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf, Str
     }
     if let Some(trace) = &out.result.trace {
         let mut buf = Vec::new();
-        trace.write_chrome(spec.ranks(), &mut buf).map_err(|e| e.to_string())?;
+        trace.write_chrome(spec.ranks(), &mut buf)?;
         stage.write("trace.json", &buf).map_err(io)?;
     }
     stage.commit().map_err(io)

@@ -3,6 +3,7 @@
 //! device's peak. This is what the GPU check script runs, and what calibration uses for a model's
 //! step-time distribution.
 
+use crate::{Error, Result};
 use dsgd_models::fashion_mnist;
 use dsgd_models::nets::{self, flops, BurnNet, Device, NetKind};
 use dsgd_models::{GradRequest, Workload};
@@ -48,24 +49,29 @@ pub struct GradTimes {
 }
 
 /// Parses a model name as the specs spell it.
-pub fn parse_kind(model: &str, hidden: &[usize]) -> Result<NetKind, String> {
+pub fn parse_kind(model: &str, hidden: &[usize]) -> Result<NetKind> {
     Ok(match model {
         "mlp" => NetKind::Mlp { hidden: hidden.to_vec() },
         "cnn" => NetKind::Cnn,
         "resnet20" => NetKind::ResNet20,
         "resnet18" => NetKind::ResNet18,
-        _ => return Err(format!("unknown model {model:?}; expected mlp, cnn, resnet20 or resnet18")),
+        _ => {
+            return Err(Error::argument(
+                "--model",
+                format!("unknown model {model:?}; expected mlp, cnn, resnet20 or resnet18"),
+            ))
+        }
     })
 }
 
 /// Runs the benchmark: each step is a full gradient as a run computes it (parameters into the
 /// model, forward, backward, gradients out as one vector).
-pub fn run(b: &GradBench) -> Result<GradTimes, String> {
+pub fn run(b: &GradBench) -> Result<GradTimes> {
     if b.batch == 0 || b.steps == 0 {
-        return Err("--batch and --steps must be at least 1".into());
+        return Err(Error::argument("--batch, --steps", "must be at least 1"));
     }
     let dir = fashion_mnist::resolve_dir(b.data_dir.as_deref());
-    let data = nets::dataset(&dir).map_err(|e| e.to_string())?;
+    let data = nets::dataset(&dir)?;
     let net = BurnNet::with_device(b.kind.clone(), data, 1, b.device)?;
     let p = net.init();
     let mut g = vec![0.0; p.len()];
@@ -120,7 +126,8 @@ mod tests {
         assert_eq!(known_peak_tflops("NVIDIA H100 PCIe"), Some(51.2));
         assert_eq!(known_peak_tflops("NVIDIA H200"), Some(67.0));
         assert_eq!(known_peak_tflops("Some GPU"), None);
-        assert!(parse_kind("resnet50", &[]).unwrap_err().contains("resnet18"));
+        let e = parse_kind("resnet50", &[]).unwrap_err();
+        assert!(matches!(&e, Error::Argument { flag: "--model", problem } if problem.contains("resnet18")), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!   intervals; [`report`]: `report.md`; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
 //!   times per size and pattern, the spec's all-reduce and gradient steps.
+//! - [`error`]: the library's errors, one enum a caller can match.
 //! - [`gradbench`]: the gradient-step benchmark; [`realbench`]: real gradients through the engine
 //!   against a plain burn loop; [`scalebench`]: the scaling benchmark.
 
@@ -18,6 +19,7 @@ pub mod bounds;
 #[cfg(feature = "mpi")]
 pub mod calibrate;
 pub mod diff;
+pub mod error;
 pub mod execute;
 pub mod gradbench;
 pub mod load;
@@ -30,3 +32,5 @@ pub mod report;
 pub mod scalebench;
 pub mod spec;
 pub mod sweep;
+
+pub use error::{Error, Result};

@@ -22,10 +22,11 @@ impl SpecError {
 }
 
 /// Sets `path` (dotted; numbers index arrays) in `root` to `value`, creating objects as needed.
-pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String> {
+pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), FieldError> {
+    let bad = |problem: String| FieldError { field: path.to_string(), problem };
     let parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("`{path}` is not a field path (use names separated by dots, e.g. network.latency_us)"));
+        return Err(bad("is not a field path (use names separated by dots, e.g. network.latency_us)".into()));
     }
     let mut cur = root;
     for (i, part) in parts.iter().enumerate() {
@@ -36,9 +37,8 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
         cur = match cur {
             Value::Array(items) => {
                 let len = items.len();
-                let k: usize = part.parse().map_err(|_| format!("`{path}`: `{part}` is not an index into a list"))?;
-                let slot =
-                    items.get_mut(k).ok_or_else(|| format!("`{path}`: index {k} is past the end ({len} items)"))?;
+                let k: usize = part.parse().map_err(|_| bad(format!("`{part}` is not an index into a list")))?;
+                let slot = items.get_mut(k).ok_or_else(|| bad(format!("index {k} is past the end ({len} items)")))?;
                 if last {
                     *slot = value;
                     return Ok(());
@@ -52,7 +52,7 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
                 }
                 map.entry(part.to_string()).or_insert(Value::Null)
             }
-            _ => return Err(format!("`{path}`: `{}` is not an object", parts[..i].join("."))),
+            _ => return Err(bad(format!("`{}` is not an object", parts[..i].join(".")))),
         };
     }
     Ok(())
@@ -64,7 +64,7 @@ pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), String
 /// algorithm's collective instead of making an algorithm of that one field. A path ending in
 /// `kind` chooses another variant of its object, so that object is not filled with the default
 /// variant's fields (`algorithm.kind=gossip` gives gossip with its own defaults).
-pub fn set_spec_path(root: &mut Value, path: &str, value: Value) -> Result<(), String> {
+pub fn set_spec_path(root: &mut Value, path: &str, value: Value) -> Result<(), FieldError> {
     let parts: Vec<&str> = path.split('.').collect();
     let objects = parts.len() - 1 - usize::from(parts.len() > 1 && parts[parts.len() - 1] == "kind");
     if objects > 0 && root.is_object() && missing_object(root, &parts[..objects]) {
@@ -103,15 +103,17 @@ fn fill_defaults(root: &mut Value, resolved: &Value, prefix: &[&str]) {
 }
 
 /// Parses `field=value`; the value is JSON if it parses as JSON, else a string.
-pub fn parse_assignment(s: &str) -> Result<(String, Value), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("`{s}` is not of the form path.to.field=value"))?;
+pub fn parse_assignment(s: &str) -> Result<(String, Value), FieldError> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| FieldError { field: s.to_string(), problem: "is not of the form path.to.field=value".into() })?;
     let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
     Ok((k.trim().to_string(), value))
 }
 
 /// Checks that no object in the JSON `text` gives a key twice (serde would keep the last one
 /// silently); the first duplicate is named by its path.
-pub fn no_duplicate_keys(text: &str) -> Result<(), String> {
+pub fn no_duplicate_keys(text: &str) -> Result<(), serde_json::Error> {
     use serde::de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor};
     struct Walk(String);
     impl<'de> DeserializeSeed<'de> for Walk {
@@ -163,7 +165,7 @@ pub fn no_duplicate_keys(text: &str) -> Result<(), String> {
         }
     }
     let mut d = serde_json::Deserializer::from_str(text);
-    Walk(String::new()).deserialize(&mut d).map_err(|e| e.to_string())
+    Walk(String::new()).deserialize(&mut d)
 }
 
 /// The value at a path as serde_path_to_error prints it (`faults[2].at_s`), if any.
@@ -183,18 +185,20 @@ fn at_path<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
 
 /// Refuses a list where the spec has an object (serde would read `{"stop": [5]}` as a struct
 /// from its fields in order): `given` is the input, `back` the spec serialised again.
-fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), String> {
+fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), FieldError> {
     let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
     match (given, back) {
-        (Value::Array(_), Value::Object(_)) => {
-            Err(format!("field `{path}`: expected an object ({{\"field\": value, ...}}), found a list"))
-        }
+        (Value::Array(_), Value::Object(_)) => Err(FieldError {
+            field: path.to_string(),
+            problem: "expected an object ({\"field\": value, ...}), found a list".into(),
+        }),
         (Value::Object(g), Value::Object(b)) => {
             // A tagged variant without fields (`{"kind": "flat"}`) takes no other field, but
             // serde ignores them there: refuse them here.
             if let (Some(kind), true) = (g.get("kind"), b.len() == 1 && b.contains_key("kind")) {
                 if let Some(k) = g.keys().find(|k| *k != "kind") {
-                    return Err(format!("field `{}`: unknown field `{k}`; kind {kind} takes no other field", join(k)));
+                    let problem = format!("unknown field `{k}`; kind {kind} takes no other field");
+                    return Err(FieldError { field: join(k), problem });
                 }
             }
             for (k, v) in g {
@@ -274,13 +278,13 @@ fn refine(value: &Value, path: String, message: &str) -> String {
 pub fn spec_from_str(source_name: &str, text: &str, sets: &[String]) -> Result<Spec, SpecError> {
     let mut value: Value =
         serde_json::from_str(text).map_err(|e| SpecError::new(source_name, format!("not valid JSON: {e}")))?;
-    no_duplicate_keys(text).map_err(|e| SpecError::new(source_name, e))?;
+    no_duplicate_keys(text).map_err(|e| SpecError::new(source_name, e.to_string()))?;
     if !value.is_object() {
         return Err(SpecError::new(source_name, "a spec must be a JSON object"));
     }
     for s in sets {
-        let (k, v) = parse_assignment(s).map_err(|e| SpecError::new("--set", e))?;
-        set_spec_path(&mut value, &k, v).map_err(|e| SpecError::new("--set", e))?;
+        let (k, v) = parse_assignment(s).map_err(|e| SpecError::new("--set", e.to_string()))?;
+        set_spec_path(&mut value, &k, v).map_err(|e| SpecError::new("--set", e.to_string()))?;
     }
     spec_from_value(source_name, value)
 }
@@ -313,7 +317,7 @@ fn recorded_spec(source_name: &str, value: Value) -> Result<Spec, SpecError> {
         }
     })?;
     same_containers(&value, &serde_json::to_value(&spec).expect("plain data serialises"), "")
-        .map_err(|e| SpecError::new(source_name, e))?;
+        .map_err(|e| SpecError::new(source_name, e.to_string()))?;
     spec.validate()
         .map_err(|FieldError { field, problem }| SpecError::new(source_name, format!("field `{field}`: {problem}")))?;
     Ok(spec)

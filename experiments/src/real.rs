@@ -4,8 +4,9 @@
 use crate::calibrate;
 use crate::execute::{write_run, Outcome};
 use crate::output::Summary;
-use crate::spec::{FaultSpec, Spec};
-use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash};
+use crate::spec::{FaultSpec, FieldError, Spec};
+use crate::{Error, Result};
+use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash, RealError};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
 use dsgd_runtime::runner::{with_roles, AlgorithmConfig, Drive};
@@ -18,41 +19,56 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Starts MPI with full thread support (the executor sends from a thread of its own).
-pub fn init() -> Result<Universe, String> {
+pub fn init() -> Result<Universe> {
     let (u, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
-        .ok_or("MPI was already initialised in this process")?;
+        .ok_or_else(|| Error::Mpi("MPI was already initialised in this process".into()))?;
     if level != mpi::Threading::Multiple {
-        return Err(format!("this MPI library gives thread level {level:?}; dsgd real needs MPI_THREAD_MULTIPLE"));
+        let problem = format!("this MPI library gives thread level {level:?}; dsgd real needs MPI_THREAD_MULTIPLE");
+        return Err(Error::Mpi(problem));
     }
     Ok(u)
+}
+
+/// A field of the spec that a real run cannot honour.
+fn refused(field: &str, problem: String) -> Error {
+    Error::Field(FieldError { field: field.into(), problem })
 }
 
 /// The crashes to inject in a real run of `spec`, or an error naming what cannot run for real:
 /// a fault other than a crash or restart, or an analytic collective (it charges a modelled delay
 /// where a real run has a real network).
-pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
+pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>> {
     if let AlgorithmConfig::Sync(c) = &spec.algorithm {
         if c.collective.is_analytic() {
-            return Err(format!(
-                "algorithm.collective: {} charges a modelled delay instead of sending its messages, which a real run \
-                 cannot do; use ring, tree, halving_doubling or hierarchical",
-                c.collective.name()
+            return Err(refused(
+                "algorithm.collective",
+                format!(
+                    "{} charges a modelled delay instead of sending its messages, which a real run cannot do; use \
+                     ring, tree, halving_doubling or hierarchical",
+                    c.collective.name()
+                ),
             ));
         }
     }
     if spec.compute.receive_time_us > 0.0 {
-        return Err(format!(
-            "compute.receive_time_us: is {}; a real rank takes the time its messages really take, so a modelled one \
-             cannot be added; leave it out",
-            spec.compute.receive_time_us
+        return Err(refused(
+            "compute.receive_time_us",
+            format!(
+                "is {}; a real rank takes the time its messages really take, so a modelled one cannot be added; \
+                 leave it out",
+                spec.compute.receive_time_us
+            ),
         ));
     }
     if let Some(t) = charged_time(&spec.algorithm).filter(|&t| t > 0.0) {
         let field =
             if matches!(spec.algorithm, AlgorithmConfig::Sync(_)) { "message_time_us" } else { "update_time_us" };
-        return Err(format!(
-            "algorithm.{field}: is {t}; a real rank takes the time its messages really take, so a modelled one \
-             cannot be added; leave it out"
+        return Err(refused(
+            &format!("algorithm.{field}"),
+            format!(
+                "is {t}; a real rank takes the time its messages really take, so a modelled one cannot be added; \
+                 leave it out"
+            ),
         ));
     }
     let mut crashes: Vec<RealCrash> = Vec::new();
@@ -62,16 +78,20 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>, String> {
             FaultSpec::Restart { node, at_s } => {
                 match crashes.iter_mut().rev().find(|c| c.node == *node && c.at_s < *at_s && c.restart_s.is_none()) {
                     Some(c) => c.restart_s = Some(*at_s),
-                    None => return Err(format!("faults[{i}]: a restart of rank {node} needs an earlier crash")),
+                    None => {
+                        let problem = format!("a restart of rank {node} needs an earlier crash");
+                        return Err(refused(&format!("faults[{i}]"), problem));
+                    }
                 }
             }
             other => {
                 let kind = serde_json::to_value(other).ok().and_then(|v| v["kind"].as_str().map(String::from));
-                return Err(format!(
-                    "faults[{i}]: {} cannot be injected in a real run; real runs inject crashes, restarts and \
-                     stragglers (compute.straggler) only",
+                let problem = format!(
+                    "{} cannot be injected in a real run; real runs inject crashes, restarts and stragglers \
+                     (compute.straggler) only",
                     kind.unwrap_or_else(|| "this fault".into())
-                ));
+                );
+                return Err(refused(&format!("faults[{i}]"), problem));
             }
         }
     }
@@ -86,7 +106,7 @@ struct OnMpi<'a> {
 }
 
 impl Drive for OnMpi<'_> {
-    type Out = Result<Option<RunResult>, String>;
+    type Out = Result<Option<RunResult>, RealError>;
     fn drive<P: Protocol>(self, roles: Vec<P>) -> Self::Out
     where
         P::Msg: Serialize + DeserializeOwned,
@@ -96,18 +116,21 @@ impl Drive for OnMpi<'_> {
 }
 
 /// Runs `spec` for real on this MPI job; the outcome on rank 0, `None` elsewhere.
-pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcome>, String> {
+pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcome>> {
     let crashes = for_real(spec)?;
-    let r = spec.resolve().map_err(|e| e.to_string())?;
+    let r = spec.resolve()?;
     if !matches!(r.timing, dsgd_runtime::timing::GradientTiming::Model) {
-        return Err("compute.gradient_time: a real run always takes real time; leave it at \"model\"".into());
+        return Err(refused(
+            "compute.gradient_time",
+            "a real run always takes real time; leave it at \"model\"".into(),
+        ));
     }
     let cfg = RealConfig { seed: spec.seed, compute: r.sim.compute.clone(), crashes };
     let started = Instant::now();
     let net = r.sim.network.clone();
     let workload = r.workload.clone();
     let drive = OnMpi { world, workload: r.workload, train: r.train, cfg };
-    let result = with_roles(&r.algorithm, r.workers, &r.train, &net, drive).map_err(|e| e.to_string())??;
+    let result = with_roles(&r.algorithm, r.workers, &r.train, &net, drive)??;
     Ok(result.map(|result| {
         let summary = Summary::new(spec, &result, started.elapsed().as_secs_f64()).with_histograms(workload.as_ref());
         Outcome { result, summary }
@@ -115,7 +138,7 @@ pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcom
 }
 
 /// `dsgd real`: runs the spec for real and, on rank 0, writes the run folder.
-pub fn real(world: &SimpleCommunicator, spec: &Spec, dest: &Path) -> Result<Option<Summary>, String> {
+pub fn real(world: &SimpleCommunicator, spec: &Spec, dest: &Path) -> Result<Option<Summary>> {
     let outcome = run_spec(world, spec)?;
     match outcome {
         Some(o) => {
@@ -176,7 +199,7 @@ fn headline(s: &Summary) -> (String, f64) {
 /// bulk message, and with the real run's own gradient durations (each rank's gradients take, in
 /// order, what they took for real); compares. On rank 0: the comparisons with their ping-pong
 /// points and, per spec, the simulated run (a measured run that `dsgd replay` reproduces).
-pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Validation>, String> {
+pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Validation>> {
     let ranks = world.size() as usize;
     let mut rows = Vec::new();
     let mut replays = Vec::new();

@@ -15,6 +15,7 @@
 
 use crate::execute::execute;
 use crate::load::spec_from_value;
+use crate::{Error, Result};
 use dsgd_models::fashion_mnist;
 use dsgd_models::nets::{self, NetKind};
 use serde::Serialize;
@@ -46,9 +47,10 @@ pub struct Row {
 
 /// The spec of a case: MLP 784-128-10 at `batch`, 10 ms simulated steps, 10 Gb/s, `sim_time_s`
 /// simulated seconds, evaluation on 1,000 test images once a simulated second.
-pub fn spec(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<serde_json::Value, String> {
+pub fn spec(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<serde_json::Value> {
     if !ALGORITHMS.contains(&algorithm) {
-        return Err(format!("unknown algorithm {algorithm:?}; expected one of {}", ALGORITHMS.join(", ")));
+        let problem = format!("unknown algorithm {algorithm:?}; expected one of {}", ALGORITHMS.join(", "));
+        return Err(Error::argument("--algorithms", problem));
     }
     Ok(json!({
         "name": format!("bench-real-{algorithm}-{workers}"),
@@ -59,9 +61,8 @@ pub fn spec(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> R
 }
 
 /// Runs one case.
-pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<Row, String> {
-    let spec =
-        spec_from_value("bench-real", spec(algorithm, workers, batch, sim_time_s)?).map_err(|e| e.to_string())?;
+pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -> Result<Row> {
+    let spec = spec_from_value("bench-real", spec(algorithm, workers, batch, sim_time_s)?)?;
     let (cpu0, wall0) = (cpu_seconds()?, std::time::Instant::now());
     let s = execute(&spec, false)?.summary;
     let (cpu, wall) = (cpu_seconds()? - cpu0, wall0.elapsed().as_secs_f64());
@@ -78,16 +79,17 @@ pub fn measure(algorithm: &str, workers: usize, batch: usize, sim_time_s: f64) -
 }
 
 /// CPU seconds this process has used so far, user and system, all threads.
-fn cpu_seconds() -> Result<f64, String> {
+fn cpu_seconds() -> Result<f64> {
     use nix::sys::resource::{getrusage, UsageWho};
-    let u = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| format!("getrusage: {e}"))?;
+    let u = getrusage(UsageWho::RUSAGE_SELF)
+        .map_err(|e| Error::Bench { case: "getrusage".into(), problem: e.to_string() })?;
     let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
     Ok(secs(u.user_time()) + secs(u.system_time()))
 }
 
 /// Steps per second of the plain burn loop of the MLP at `batch`, best of three runs of `steps`.
-pub fn plain(batch: usize, steps: usize) -> Result<f64, String> {
-    let data = nets::dataset(&fashion_mnist::resolve_dir(None)).map_err(|e| e.to_string())?;
+pub fn plain(batch: usize, steps: usize) -> Result<f64> {
+    let data = nets::dataset(&fashion_mnist::resolve_dir(None))?;
     let kind = NetKind::Mlp { hidden: vec![128] };
     nets::plain_loop(&kind, &data, batch, steps.min(50)); // warm up
     Ok((0..3).map(|_| nets::plain_loop(&kind, &data, batch, steps)).fold(0.0, f64::max))

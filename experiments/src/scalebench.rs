@@ -5,6 +5,7 @@
 
 use crate::load::spec_from_value;
 use crate::spec::Spec;
+use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -65,9 +66,9 @@ fn rack_size(nodes: usize) -> usize {
 }
 
 /// The spec of one case, and what it simulates in words.
-pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String), String> {
+pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String)> {
     if nodes == 0 {
-        return Err("--nodes: every node count must be at least 1".into());
+        return Err(Error::argument("--nodes", "every node count must be at least 1"));
     }
     let mut v = json!({
         "name": format!("bench-{algorithm}-{nodes}"),
@@ -115,14 +116,17 @@ pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String), String> {
             let alg = json!({"kind": "gossip", "mode": mode, "timeout_s": PATIENT});
             (alg, json!({"sim_time_s": secs}), format!("{secs} s"))
         }
-        other => return Err(format!("--algorithms: unknown algorithm {other:?}; known: {}", ALGORITHMS.join(", "))),
+        other => {
+            let problem = format!("unknown algorithm {other:?}; known: {}", ALGORITHMS.join(", "));
+            return Err(Error::argument("--algorithms", problem));
+        }
     };
     v["algorithm"] = algorithm_json;
     v["stop"] = json!({"sim_time_s": 1000});
     for (k, x) in stop.as_object().expect("an object") {
         v["stop"][k] = x.clone();
     }
-    let spec = spec_from_value("bench-scale", v).map_err(|e| e.to_string())?;
+    let spec = spec_from_value("bench-scale", v)?;
     Ok((spec, work))
 }
 
@@ -137,7 +141,7 @@ pub fn peak_rss() -> u64 {
 }
 
 /// Runs one case in this process.
-pub fn measure(algorithm: &str, nodes: usize) -> Result<Row, String> {
+pub fn measure(algorithm: &str, nodes: usize) -> Result<Row> {
     let (spec, work) = case(algorithm, nodes)?;
     let started = std::time::Instant::now();
     let outcome = crate::execute::execute(&spec, false)?;
@@ -164,30 +168,31 @@ pub fn run_cases(
     nodes: &[usize],
     repeat: usize,
     mut progress: impl FnMut(&Row),
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for a in algorithms {
         for &n in nodes {
             let mut best: Option<Row> = None;
             for _ in 0..repeat.max(1) {
                 let n_arg = n.to_string();
+                let fail = |problem: String| Error::Bench { case: format!("{a} at {n} nodes"), problem };
                 let o = std::process::Command::new(exe)
                     .args(["bench-scale", "--one", "--algorithms", a.as_str(), "--nodes", n_arg.as_str()])
                     .output()
-                    .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+                    .map_err(|e| fail(format!("cannot run {}: {e}", exe.display())))?;
                 if dsgd_runtime::cancel::requested() {
-                    return Err("interrupted".into());
+                    return Err(Error::Interrupted);
                 }
                 if !o.status.success() {
-                    return Err(format!("{a} at {n} nodes failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
+                    return Err(fail(format!("failed: {}", String::from_utf8_lossy(&o.stderr).trim())));
                 }
-                let row: Row = serde_json::from_slice(&o.stdout)
-                    .map_err(|e| format!("{a} at {n} nodes: unreadable result ({e})"))?;
+                let row: Row =
+                    serde_json::from_slice(&o.stdout).map_err(|e| fail(format!("unreadable result ({e})")))?;
                 let long = row.wall_s > 10.0;
                 best = Some(match best {
                     None => row,
                     Some(b) if b.digest != row.digest => {
-                        return Err(format!("{a} at {n} nodes: two runs gave digests {} and {}", b.digest, row.digest))
+                        return Err(fail(format!("two runs gave digests {} and {}", b.digest, row.digest)))
                     }
                     Some(b) => Row {
                         wall_s: b.wall_s.min(row.wall_s),
@@ -243,8 +248,12 @@ mod tests {
                 assert!(!work.is_empty());
             }
         }
-        assert!(case("ring", 10).unwrap_err().contains("sync_ring"));
-        assert!(case("easgd", 0).is_err());
+        let e = case("ring", 10).unwrap_err();
+        assert!(
+            matches!(&e, Error::Argument { flag: "--algorithms", problem } if problem.contains("sync_ring")),
+            "{e}"
+        );
+        assert!(matches!(case("easgd", 0), Err(Error::Argument { flag: "--nodes", .. })));
         assert_eq!(rack_size(100), 10);
         assert_eq!(rack_size(1000), 40);
         assert_eq!(rack_size(10_000), 100);

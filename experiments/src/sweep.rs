@@ -11,6 +11,7 @@ use crate::execute::{execute, write_run};
 use crate::load::{set_spec_path, spec_from_value, SpecError};
 use crate::output::{spec_hash, write_atomic, Summary};
 use crate::spec::Spec;
+use crate::{Error, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -82,7 +83,7 @@ pub fn load(path: &Path) -> Result<(SweepSpec, Vec<Point>), SpecError> {
     let name = path.display().to_string();
     let err = |m: String| SpecError { source_name: name.clone(), message: m };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-    crate::load::no_duplicate_keys(&text).map_err(err)?;
+    crate::load::no_duplicate_keys(&text).map_err(|e| err(e.to_string()))?;
     let sweep: SweepSpec =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| {
             let p = e.path().to_string();
@@ -192,13 +193,13 @@ fn clean_partials(runs: &Path) -> std::io::Result<()> {
 /// differs from its point's, or whose index is past the grid's end, means the grid changed since
 /// it ran. That is refused (nothing is run or removed) unless `rerun_changed`, which removes
 /// those folders so that the changed points run again; the message names them either way.
-pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<String>, String> {
+pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<String>> {
     let runs = out.join("runs");
-    std::fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    clean_partials(&runs).map_err(|e| format!("cannot clean {}: {e}", runs.display()))?;
+    std::fs::create_dir_all(&runs).map_err(Error::io("create", &runs))?;
+    clean_partials(&runs).map_err(Error::io("clean", &runs))?;
     let mut changed = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(&runs)
-        .map_err(|e| format!("cannot read {}: {e}", runs.display()))?
+        .map_err(Error::io("read", &runs))?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('.'))
@@ -225,20 +226,11 @@ pub fn prepare(out: &Path, points: &[Point], rerun_changed: bool) -> Result<Vec<
         return Ok(changed);
     }
     if !rerun_changed {
-        let shown: Vec<&str> = changed.iter().take(10).map(String::as_str).collect();
-        return Err(format!(
-            "{} holds runs of another grid ({} of them):\n  {}{}\nthe sweep file changed since they ran; nothing was run. \
-             Use a new --out, or add --rerun-changed to remove these runs and run the changed points again",
-            out.display(),
-            changed.len(),
-            shown.join("\n  "),
-            if changed.len() > shown.len() { "\n  ..." } else { "" }
-        ));
+        return Err(Error::ChangedGrid { out: out.to_path_buf(), changed });
     }
     for c in &changed {
         let name = c.split_whitespace().next().expect("runs/NAME");
-        std::fs::remove_dir_all(out.join(name))
-            .map_err(|e| format!("cannot remove {}: {e}", out.join(name).display()))?;
+        std::fs::remove_dir_all(out.join(name)).map_err(Error::io("remove", &out.join(name)))?;
     }
     Ok(changed)
 }
@@ -267,7 +259,7 @@ pub fn run(
     jobs: usize,
     progress: bool,
     rerun_changed: bool,
-) -> Result<SweepReport, String> {
+) -> Result<SweepReport> {
     let changed = prepare(out, points, rerun_changed)?;
     if !changed.is_empty() {
         eprintln!("removed {} runs of an earlier grid; their points run again", changed.len());
@@ -276,18 +268,13 @@ pub fn run(
 }
 
 /// [`run`] without the cleaning, for one of several processes sharing `out` (after [`prepare`]).
-pub fn run_share(
-    sweep: &SweepSpec,
-    points: &[Point],
-    out: &Path,
-    jobs: usize,
-    progress: bool,
-) -> Result<SweepReport, String> {
+pub fn run_share(sweep: &SweepSpec, points: &[Point], out: &Path, jobs: usize, progress: bool) -> Result<SweepReport> {
     let runs = out.join("runs");
     let mut resolved = sweep.clone();
     resolved.base_file = None;
-    write_atomic(&out.join("sweep.json"), crate::execute::erased::Json::pretty(&resolved).as_bytes())
-        .map_err(|e| e.to_string())?;
+    let file = out.join("sweep.json");
+    write_atomic(&file, crate::execute::erased::Json::pretty(&resolved).as_bytes())
+        .map_err(Error::io("write", &file))?;
     let todo: Vec<&Point> = points.iter().filter(|p| !runs.join(p.dir_name()).join("summary.json").exists()).collect();
     let skipped = points.len() - todo.len();
     let bar = if progress { ProgressBar::new(points.len() as u64) } else { ProgressBar::hidden() };
@@ -316,7 +303,7 @@ pub fn run_share(
                     Err(_) if dsgd_runtime::cancel::requested() => {
                         interrupted.fetch_add(1, Ordering::SeqCst);
                     }
-                    Err(e) => failed.lock().expect("no panics hold the lock").push((p.index, e)),
+                    Err(e) => failed.lock().expect("no panics hold the lock").push((p.index, e.to_string())),
                     Ok(_) => {
                         done.fetch_add(1, Ordering::SeqCst);
                         bar.inc(1);
@@ -345,23 +332,22 @@ pub struct RunRecord {
 }
 
 /// Reads a run folder.
-pub fn read_run(dir: &Path) -> Result<RunRecord, String> {
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
-    let spec = crate::load::spec_from_record(&dir.join("spec.json").display().to_string(), &read("spec.json")?)
-        .map_err(|e| e.to_string())?;
-    let summary: Summary = serde_json::from_str(&read("summary.json")?)
-        .map_err(|e| format!("{}: {e}", dir.join("summary.json").display()))?;
+pub fn read_run(dir: &Path) -> Result<RunRecord> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(Error::io("read", &dir.join(f)));
+    let spec = crate::load::spec_from_record(&dir.join("spec.json").display().to_string(), &read("spec.json")?)?;
+    let summary: Summary =
+        serde_json::from_str(&read("summary.json")?).map_err(|e| Error::file(&dir.join("summary.json"), e))?;
     Ok(RunRecord { dir: dir.to_path_buf(), spec, summary })
 }
 
 /// Every finished run under `dir`: the folder itself, or its `runs/*` for a sweep.
-pub fn collect_runs(dir: &Path) -> Result<Vec<RunRecord>, String> {
+pub fn collect_runs(dir: &Path) -> Result<Vec<RunRecord>> {
     if dir.join("summary.json").exists() {
         return Ok(vec![read_run(dir)?]);
     }
     let runs = dir.join("runs");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&runs)
-        .map_err(|e| format!("{}: no summary.json and no runs/ folder ({e})", dir.display()))?
+        .map_err(|e| Error::file(dir, format!("no summary.json and no runs/ folder ({e})")))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.join("summary.json").exists())

@@ -268,7 +268,7 @@ impl WorkloadSpec {
             }
             WorkloadSpec::Burn { hidden, wire_params, device, test_samples, bn_calibration, .. } => {
                 if let Err(e) = nets::Device::parse(device) {
-                    return bad("device", e);
+                    return bad("device", e.to_string());
                 }
                 if !(1..=10_000).contains(&test_samples.unwrap_or(1)) {
                     return bad("test_samples", "must be from 1 to 10000 (the test set's size)");
@@ -331,10 +331,10 @@ impl WorkloadSpec {
                     BurnModel::Resnet20 => NetKind::ResNet20,
                     BurnModel::Resnet18 => NetKind::ResNet18,
                 };
-                let device = nets::Device::parse(&device)
-                    .map_err(|problem| WorkloadError { field: "device".into(), problem })?;
+                let unusable = |e: nets::DeviceError| WorkloadError { field: "device".into(), problem: e.to_string() };
+                let device = nets::Device::parse(&device).map_err(unusable)?;
                 let net = BurnNet::with_device(kind, data, init_seed, device)
-                    .map_err(|problem| WorkloadError { field: "device".into(), problem })?
+                    .map_err(unusable)?
                     .with_evaluation(test_samples.unwrap_or(usize::MAX), bn_calibration)
                     .with_partition(partition, workers, rng);
                 Arc::new(net)

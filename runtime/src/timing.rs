@@ -58,38 +58,78 @@ impl Recording {
 
     /// Parses [`Recording::to_csv`]'s format; `what` names the source in errors. Lines of a rank
     /// must come in job order without gaps.
-    pub fn from_csv(text: &str, what: &str) -> Result<Self, String> {
+    pub fn from_csv(text: &str, what: &str) -> Result<Self, RecordingError> {
         let mut lines = text.lines().enumerate();
         match lines.next() {
             Some((_, "rank,job,ns")) => {}
-            _ => return Err(format!("{what}: the first line must be the header `rank,job,ns`")),
+            _ => return Err(RecordingError::Header { what: what.to_string() }),
         }
         let mut rec = Recording::default();
         for (i, line) in lines {
             if line.trim().is_empty() {
                 continue;
             }
-            let bad = |p: &str| format!("{what}, line {}: {p} (expected `rank,job,ns` with whole numbers)", i + 1);
+            let bad = |problem| RecordingError::Line { what: what.to_string(), line: i + 1, problem };
             let f: Vec<u64> = line
                 .split(',')
                 .map(|x| x.trim().parse::<u64>())
                 .collect::<Result<_, _>>()
-                .map_err(|_| bad("not three whole numbers"))?;
-            let [r, k, ns] = f[..] else { return Err(bad("not three fields")) };
+                .map_err(|_| bad(LineProblem::NotNumbers))?;
+            let [r, k, ns] = f[..] else { return Err(bad(LineProblem::NotThreeFields)) };
             let r = r as usize;
             if rec.per_rank.len() <= r {
                 rec.per_rank.resize(r + 1, Vec::new());
             }
-            if rec.per_rank[r].len() as u64 != k {
-                return Err(bad(&format!(
-                    "job {k} of rank {r} is out of order (expected job {})",
-                    rec.per_rank[r].len()
-                )));
+            let expected = rec.per_rank[r].len() as u64;
+            if expected != k {
+                return Err(bad(LineProblem::OutOfOrder { rank: r, job: k, expected }));
             }
             rec.per_rank[r].push(ns);
         }
         Ok(rec)
     }
+}
+
+/// A recording of gradient durations that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordingError {
+    /// The first line is not `rank,job,ns`.
+    #[error("{what}: the first line must be the header `rank,job,ns`")]
+    Header {
+        /// The source (a file's path).
+        what: String,
+    },
+    /// A line that is not a duration in order.
+    #[error("{what}, line {line}: {problem} (expected `rank,job,ns` with whole numbers)")]
+    Line {
+        /// The source (a file's path).
+        what: String,
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        problem: LineProblem,
+    },
+}
+
+/// What is wrong with a line of a recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    /// A field is not a whole number.
+    #[error("not three whole numbers")]
+    NotNumbers,
+    /// Not three fields.
+    #[error("not three fields")]
+    NotThreeFields,
+    /// A job of a rank out of order.
+    #[error("job {job} of rank {rank} is out of order (expected job {expected})")]
+    OutOfOrder {
+        /// The rank.
+        rank: usize,
+        /// The job given.
+        job: u64,
+        /// The job expected next.
+        expected: u64,
+    },
 }
 
 #[cfg(test)]
@@ -103,8 +143,13 @@ mod tests {
         assert_eq!(back.per_rank[..], rec.per_rank[..]);
         assert_eq!(rec.len(), 3);
         let e = Recording::from_csv("rank,job,ns\n0,1,5\n", "f.csv").unwrap_err();
+        let problem = LineProblem::OutOfOrder { rank: 0, job: 1, expected: 0 };
+        assert_eq!(e, RecordingError::Line { what: "f.csv".into(), line: 2, problem });
+        let e = e.to_string();
         assert!(e.contains("f.csv, line 2") && e.contains("out of order"), "{e}");
-        assert!(Recording::from_csv("r,j\n", "f.csv").unwrap_err().contains("header"));
-        assert!(Recording::from_csv("rank,job,ns\n0,0,x\n", "f.csv").unwrap_err().contains("whole numbers"));
+        assert!(Recording::from_csv("r,j\n", "f.csv").unwrap_err().to_string().contains("header"));
+        let e = Recording::from_csv("rank,job,ns\n0,0,x\n", "f.csv").unwrap_err();
+        assert!(e.to_string().contains("whole numbers"), "{e}");
+        assert!(matches!(e, RecordingError::Line { problem: LineProblem::NotNumbers, .. }));
     }
 }

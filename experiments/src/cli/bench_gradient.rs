@@ -1,6 +1,8 @@
 //! `dsgd bench-gradient`: the step time of a burn network's real gradient (CPU, or CUDA with the
 //! `cuda` feature), samples per second and the model's FLOP rate.
 
+use anyhow::anyhow;
+
 use super::out::{say, Out};
 use dsgd_experiments::gradbench::{self, GradBench};
 use dsgd_models::nets::Device;
@@ -37,7 +39,7 @@ pub struct Args {
 }
 
 /// Times the gradient steps and prints them.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let kind = gradbench::parse_kind(&a.model, &a.hidden)?;
     let device = Device::parse(&a.device)?;
     let bench = GradBench { kind, device, batch: a.batch, steps: a.steps, warmup: a.warmup, data_dir: None };
@@ -77,7 +79,7 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
     if let Some(path) = a.json {
         let text = serde_json::to_string_pretty(&t).expect("plain data") + "\n";
         dsgd_experiments::output::write_atomic(&path, text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

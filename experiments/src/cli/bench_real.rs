@@ -30,7 +30,7 @@ pub struct Args {
 }
 
 /// Measures the plain loop, then every case, and prints the table.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let algorithms = super::given_or_all(a.algorithms, &realbench::ALGORITHMS);
     for alg in &algorithms {
         for &n in &a.workers {

@@ -1,6 +1,8 @@
 //! `dsgd bench-scale`: how the simulator's cost grows with the cluster (wall time, events/s,
 //! ns/event, peak memory), each case in a process of its own.
 
+use anyhow::anyhow;
+
 use super::out::{say, Out};
 use dsgd_experiments::scalebench::{self, Row};
 use std::path::PathBuf;
@@ -28,7 +30,7 @@ pub struct Args {
 }
 
 /// Runs every case (each in a child process) and prints the table.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let algorithms = super::given_or_all(a.algorithms, scalebench::ALGORITHMS);
     for alg in &algorithms {
         for &n in &a.nodes {
@@ -37,12 +39,12 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
     }
     if a.one {
         let (Some(alg), Some(&n), 1, 1) = (algorithms.first(), a.nodes.first(), algorithms.len(), a.nodes.len()) else {
-            return Err("--one runs exactly one algorithm at one node count".into());
+            return Err(anyhow!("--one runs exactly one algorithm at one node count"));
         };
         println!("{}", serde_json::to_string(&scalebench::measure(alg, n)?).expect("serialises"));
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to run the cases: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| anyhow!("cannot find this program to run the cases: {e}"))?;
     let rows = scalebench::run_cases(&exe, &algorithms, &a.nodes, a.repeat, |row: &Row| {
         eprintln!(
             "{:>17} {:>6} nodes: {:.2} s (best of {}), {} events, {:.0} ns/event, {:.0} MB",

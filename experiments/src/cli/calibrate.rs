@@ -19,17 +19,16 @@ pub struct Args {
 
 /// Without MPI: says how to rebuild.
 #[cfg(not(feature = "mpi"))]
-pub fn run(_: Args, _: Out) -> Result<ExitCode, String> {
-    Err(super::mpi::NO_MPI.into())
+pub fn run(_: Args, _: Out) -> anyhow::Result<ExitCode> {
+    Err(anyhow!(super::mpi::NO_MPI))
 }
 
 /// Measures on this MPI job's ranks; rank 0 prints the figures and writes the parts.
 #[cfg(feature = "mpi")]
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     use super::out::say;
     use dsgd_experiments::calibrate::Fit;
-    let spec =
-        a.spec.map(|p| dsgd_experiments::load::spec_from_file(&p, &[]).map_err(|e| e.to_string())).transpose()?;
+    let spec = a.spec.map(|p| dsgd_experiments::load::spec_from_file(&p, &[])).transpose()?;
     let universe = dsgd_experiments::real::init()?;
     let world = universe.world();
     let Some(c) = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref())? else {

@@ -1,6 +1,8 @@
 //! `dsgd check`: validates a spec or a sweep file without running anything; prints the resolved
 //! spec and the estimate of what running it takes, or a sweep's runs.
 
+use anyhow::anyhow;
+
 use super::out::{say, Out};
 use dsgd_experiments::bounds;
 use dsgd_experiments::load::spec_from_file;
@@ -22,23 +24,23 @@ pub struct Args {
 }
 
 /// Checks the file as a sweep (it has `grid`, `base` or `base_file`) or as a spec.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let path = &a.file;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow!("{}: cannot read: {e}", path.display()))?;
     let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| anyhow!("{}: not valid JSON: {e}", path.display()))?;
     let is_sweep = ["grid", "base", "base_file"].iter().any(|k| value.get(k).is_some());
     if !is_sweep {
         return check_spec(path, &a.sets, out);
     }
     if !a.sets.is_empty() {
-        return Err("--set applies to a spec; a sweep's fields are set in its file".into());
+        return Err(anyhow!("--set applies to a spec; a sweep's fields are set in its file"));
     }
     check_sweep(path, out)
 }
 
-fn check_sweep(path: &Path, out: Out) -> Result<ExitCode, String> {
-    let (_, points) = sweep::load(path).map_err(|e| e.to_string())?;
+fn check_sweep(path: &Path, out: Out) -> anyhow::Result<ExitCode> {
+    let (_, points) = sweep::load(path)?;
     let mut algs: Vec<String> = points.iter().map(|p| p.spec.algorithm.label()).collect();
     algs.sort();
     algs.dedup();
@@ -68,8 +70,8 @@ fn check_sweep(path: &Path, out: Out) -> Result<ExitCode, String> {
 }
 
 /// `dsgd check` of a spec: the resolved spec and the estimate of what running it takes.
-fn check_spec(path: &Path, sets: &[String], out: Out) -> Result<ExitCode, String> {
-    let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+fn check_spec(path: &Path, sets: &[String], out: Out) -> anyhow::Result<ExitCode> {
+    let spec = spec_from_file(path, sets)?;
     let resolved = serde_json::to_value(&spec).expect("serialises");
     say!(
         out,

@@ -17,7 +17,7 @@ pub struct Args {
 }
 
 /// Prints the differences; exit 0 if none, 1 if some.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let d = dsgd_experiments::diff::diff_runs(&a.a, &a.b)?;
     say!(out, "{}", dsgd_experiments::diff::text(&d).trim_end());
     out.json(&serde_json::json!({"identical": d.is_empty(), "spec": d.spec, "summary": d.summary}));

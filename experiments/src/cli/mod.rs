@@ -2,6 +2,8 @@
 //! arguments and an [`Out`] (lines or one JSON document) and returns its exit code, or an error
 //! that [`main`] prints with exit code 2.
 
+use anyhow::anyhow;
+
 mod bench_gradient;
 mod bench_real;
 mod bench_scale;
@@ -86,7 +88,7 @@ impl Command {
         })
     }
 
-    fn execute(self, out: Out) -> Result<ExitCode, String> {
+    fn execute(self, out: Out) -> anyhow::Result<ExitCode> {
         match self {
             Command::Run(a) => run::run(a, out),
             Command::Sweep(a) => sweep::run(a, out),
@@ -125,6 +127,8 @@ pub fn main() -> ExitCode {
             ExitCode::from(130)
         }
         Err(e) => {
+            // The whole chain: a library error and the context the command added to it.
+            let e = format!("{e:#}");
             out.json(&serde_json::json!({"error": e}));
             eprintln!("error: {e}");
             ExitCode::from(2)
@@ -147,10 +151,10 @@ fn given_or_all(given: Vec<String>, all: &[&str]) -> Vec<String> {
 }
 
 /// Writes a benchmark's figures as JSON at `path` (atomically) and says so.
-fn write_json(path: &std::path::Path, value: &impl serde::Serialize, out: Out) -> Result<(), String> {
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize, out: Out) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).expect("plain data serialises") + "\n";
     dsgd_experiments::output::write_atomic(path, text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
     out::say!(out, "wrote {}", path.display());
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! What the MPI commands share: the message of a build without MPI, the size of the job this
 //! process was started in, and a sweep spread over the ranks of a multi-rank `mpirun`.
 
+use anyhow::anyhow;
+
 use super::out::Out;
 use dsgd_experiments::sweep;
 use std::path::Path;
@@ -29,9 +31,9 @@ pub fn sweep(
     _: bool,
     _: bool,
     _: Out,
-) -> Result<Option<ExitCode>, String> {
+) -> anyhow::Result<Option<ExitCode>> {
     if mpi_job_size() > 1 {
-        return Err(format!(
+        return Err(anyhow!(
             "started as one of {} MPI ranks, but {NO_MPI}; every rank would run the whole sweep",
             mpi_job_size()
         ));
@@ -50,7 +52,7 @@ pub fn sweep(
     draw: bool,
     rerun_changed: bool,
     out: Out,
-) -> Result<Option<ExitCode>, String> {
+) -> anyhow::Result<Option<ExitCode>> {
     use mpi::topology::Communicator;
     use mpi::traits::*;
     if mpi_job_size() <= 1 {
@@ -66,7 +68,10 @@ pub fn sweep(
     let mut ok = u8::from(refused.is_none());
     world.process_at_rank(0).broadcast_into(&mut ok);
     if ok == 0 {
-        return Err(refused.unwrap_or_else(|| "rank 0 refused the output folder (see its message)".into()));
+        return Err(match refused {
+            Some(e) => e.into(),
+            None => anyhow!("rank 0 refused the output folder (see its message)"),
+        });
     }
     let mine: Vec<sweep::Point> = points.iter().filter(|p| p.index % size == me).cloned().collect();
     let report = sweep::run_share(spec, &mine, dir, jobs, false);

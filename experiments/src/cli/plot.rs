@@ -17,7 +17,7 @@ pub struct Args {
 }
 
 /// Draws the figures of the best variants of the runs in the folders.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for d in &a.dirs {
         runs.extend(sweep::collect_runs(d)?);

@@ -19,17 +19,17 @@ pub struct Args {
 
 /// Without MPI: says how to rebuild.
 #[cfg(not(feature = "mpi"))]
-pub fn run(_: Args, _: Out) -> Result<ExitCode, String> {
-    Err(super::mpi::NO_MPI.into())
+pub fn run(_: Args, _: Out) -> anyhow::Result<ExitCode> {
+    Err(anyhow!(super::mpi::NO_MPI))
 }
 
 /// Runs the spec on this MPI job's ranks; rank 0 writes the run folder and prints the summary.
 #[cfg(feature = "mpi")]
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     use super::out::say;
     use dsgd_experiments::real;
     use mpi::topology::Communicator;
-    let spec = dsgd_experiments::load::spec_from_file(&a.spec, &a.sets).map_err(|e| e.to_string())?;
+    let spec = dsgd_experiments::load::spec_from_file(&a.spec, &a.sets)?;
     real::for_real(&spec)?;
     let universe = real::init()?;
     let world = universe.world();

@@ -1,6 +1,8 @@
 //! `dsgd replay`: re-runs the resolved spec(s) of a run or sweep folder and says whether the
 //! digest, the summary and the time series are identical.
 
+use anyhow::anyhow;
+
 use super::out::{say, Out};
 use dsgd_experiments::execute::{execute_with, saved_recording, GRADIENT_TIMES};
 use dsgd_experiments::output::{metrics_csv, same_csv, Summary};
@@ -20,7 +22,7 @@ pub struct Args {
 }
 
 /// Replays every run in the folder; exit 0 only if all are identical.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let runs = sweep::collect_runs(&a.dir)?;
     let mut verdicts = Vec::new();
     for r in &runs {
@@ -33,10 +35,10 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
 }
 
 /// Replays one run and prints its verdict; returns it as JSON.
-fn replay_one(r: &RunRecord, out: Out) -> Result<serde_json::Value, String> {
+fn replay_one(r: &RunRecord, out: Out) -> anyhow::Result<serde_json::Value> {
     let recording = saved_recording(&r.dir)?;
     if recording.is_none() && r.spec.compute.gradient_time == StepTimes::Measured {
-        return Err(format!("{}: a measured run without its {GRADIENT_TIMES}; it cannot be replayed", r.dir.display()));
+        return Err(anyhow!("{}: a measured run without its {GRADIENT_TIMES}; it cannot be replayed", r.dir.display()));
     }
     let outcome = execute_with(&r.spec, false, recording)?;
     let same_summary = same_summary(&r.dir, &outcome.summary)?;
@@ -68,10 +70,10 @@ fn replay_one(r: &RunRecord, out: Out) -> Result<serde_json::Value, String> {
 
 /// True if `new` agrees with the `summary.json` recorded in `dir` on every field that file has,
 /// except the wall time (fields added since it was written are not compared).
-fn same_summary(dir: &Path, new: &Summary) -> Result<bool, String> {
+fn same_summary(dir: &Path, new: &Summary) -> anyhow::Result<bool> {
     let path = dir.join("summary.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let old: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let old: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let new = serde_json::to_value(new).expect("serialises");
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else { return Ok(false) };
     Ok(old.iter().filter(|(k, _)| *k != "wall_time_s").all(|(k, v)| new.get(k) == Some(v)))

@@ -1,5 +1,7 @@
 //! `dsgd run`: one spec, or with no spec the embedded default comparison of every algorithm.
 
+use anyhow::anyhow;
+
 use super::out::{say, Out};
 use super::sweep::{finish_sweep, interrupted, sweep_json, sweep_report};
 use dsgd_experiments::execute::{execute, write_run};
@@ -38,13 +40,13 @@ pub struct Args {
 }
 
 /// Runs the spec, or the embedded default when none is given.
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     match a.spec {
         Some(_) if a.jobs.is_some() => {
-            Err("--jobs applies to the default comparison (dsgd run with no spec); a single run uses one core".into())
+            Err(anyhow!("--jobs applies to the default comparison (dsgd run with no spec); a single run uses one core"))
         }
         None if a.trace => {
-            Err("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces".into())
+            Err(anyhow!("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces"))
         }
         Some(spec) => run_one(&spec, a.out, &a.sets, a.trace, a.force, out),
         None => run_default(a.out, &a.sets, a.jobs.unwrap_or_else(super::cores), out),
@@ -58,14 +60,14 @@ fn run_one(
     trace: bool,
     force: bool,
     out: Out,
-) -> Result<ExitCode, String> {
-    let spec = spec_from_file(path, sets).map_err(|e| e.to_string())?;
+) -> anyhow::Result<ExitCode> {
+    let spec = spec_from_file(path, sets)?;
     if !force {
-        dsgd_experiments::bounds::check_memory(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
+        dsgd_experiments::bounds::check_memory(&spec).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     }
     let dest = dest.unwrap_or_else(|| fresh_dir(&Path::new("runs").join(&spec.name)));
     if dest.exists() {
-        return Err(format!("{} already exists; choose another --out (nothing was run)", dest.display()));
+        return Err(anyhow!("{} already exists; choose another --out (nothing was run)", dest.display()));
     }
     let outcome = execute(&spec, trace)?;
     let dir = write_run(&dest, &spec, &outcome)?;
@@ -113,14 +115,14 @@ fn run_one(
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) -> Result<ExitCode, String> {
+fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) -> anyhow::Result<ExitCode> {
     let mut sweep_spec: sweep::SweepSpec =
-        serde_json::from_str(DEFAULT_SWEEP).map_err(|e| format!("embedded default: {e}"))?;
+        serde_json::from_str(DEFAULT_SWEEP).map_err(|e| anyhow!("embedded default: {e}"))?;
     for s in sets {
         let (k, v) = load::parse_assignment(s)?;
         load::set_spec_path(&mut sweep_spec.base, &k, v)?;
     }
-    let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid).map_err(|e| e.to_string())?;
+    let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid)?;
     let dest = dest.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
     say!(
         out,

@@ -3,6 +3,7 @@
 //! shares with it.
 
 use super::out::{say, Out};
+use anyhow::anyhow;
 use dsgd_experiments::sweep::{self, RunRecord};
 use dsgd_experiments::{analysis, output::write_atomic, plot, report};
 use std::path::{Path, PathBuf};
@@ -35,13 +36,13 @@ pub struct Args {
 }
 
 /// Runs the sweep (its points spread over the ranks when started under a multi-rank `mpirun`).
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let (path, dest, jobs, draw) = (&a.sweep, &a.out, a.jobs.unwrap_or_else(super::cores), !a.no_plots);
-    let (spec, points) = sweep::load(path).map_err(|e| e.to_string())?;
+    let (spec, points) = sweep::load(path)?;
     if !a.force {
         for p in &points {
             dsgd_experiments::bounds::check_memory(&p.spec).map_err(|e| {
-                format!("{} (point {}: {}): {e}", path.display(), p.index, sweep::describe(&p.assignment))
+                anyhow!("{} (point {}: {}): {e}", path.display(), p.index, sweep::describe(&p.assignment))
             })?;
         }
     }
@@ -61,10 +62,10 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
 
 /// Aggregates the finished runs in `dir`: runs.csv, aggregate.csv, report.md and (if `draw`)
 /// the figures; prints the best variants.
-pub fn finish_sweep(dir: &Path, draw: bool, out: Out) -> Result<Vec<RunRecord>, String> {
+pub fn finish_sweep(dir: &Path, draw: bool, out: Out) -> anyhow::Result<Vec<RunRecord>> {
     let runs = sweep::collect_runs(dir)?;
     let rows = analysis::aggregate(&runs);
-    let io = |e: std::io::Error| format!("cannot write into {}: {e}", dir.display());
+    let io = |e: std::io::Error| anyhow!("cannot write into {}: {e}", dir.display());
     write_atomic(&dir.join("runs.csv"), analysis::runs_csv(&runs).as_bytes()).map_err(io)?;
     write_atomic(&dir.join("aggregate.csv"), analysis::aggregate_csv(&rows).as_bytes()).map_err(io)?;
     let best = analysis::best(&rows);

@@ -1,6 +1,8 @@
 //! `dsgd validate`: specs run for real and in the simulator with calibrated parameters; the
 //! simulator's error per algorithm as a table, JSON and a plot.
 
+use anyhow::anyhow;
+
 use super::out::Out;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,18 +23,18 @@ pub struct Args {
 
 /// Without MPI: says how to rebuild.
 #[cfg(not(feature = "mpi"))]
-pub fn run(_: Args, _: Out) -> Result<ExitCode, String> {
-    Err(super::mpi::NO_MPI.into())
+pub fn run(_: Args, _: Out) -> anyhow::Result<ExitCode> {
+    Err(anyhow!(super::mpi::NO_MPI))
 }
 
 /// Runs the validation on this MPI job's ranks; rank 0 writes the folder and says how far off
 /// the simulator was.
 #[cfg(feature = "mpi")]
-pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
+pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     use super::out::say;
     use dsgd_experiments::output::write_atomic;
     use dsgd_experiments::{plot, real};
-    let load = |p: &PathBuf| dsgd_experiments::load::spec_from_file(p, &[]).map_err(|e| e.to_string());
+    let load = |p: &PathBuf| dsgd_experiments::load::spec_from_file(p, &[]);
     let specs = a.specs.iter().map(load).collect::<Result<Vec<_>, _>>()?;
     for s in &specs {
         real::for_real(s)?;
@@ -43,8 +45,8 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
     let (rows, dir) = (&v.comparisons, &a.out);
     let table = real::table(rows);
     say!(out, "{table}");
-    std::fs::create_dir_all(dir.join("runs")).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let io = |e: std::io::Error| format!("cannot write into {}: {e}", dir.display());
+    std::fs::create_dir_all(dir.join("runs")).map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
+    let io = |e: std::io::Error| anyhow!("cannot write into {}: {e}", dir.display());
     for (r, (spec, outcome)) in rows.iter().zip(&v.replays) {
         dsgd_experiments::execute::write_run(&dir.join("runs").join(&r.name), spec, outcome)?;
     }
@@ -52,7 +54,7 @@ pub fn run(a: Args, out: Out) -> Result<ExitCode, String> {
     write_atomic(&dir.join("validation.json"), json.as_bytes()).map_err(io)?;
     write_atomic(&dir.join("validation.md"), table.as_bytes()).map_err(io)?;
     let bars: Vec<(String, f64, f64)> = rows.iter().map(|r| (r.algorithm.clone(), r.real, r.simulated)).collect();
-    plot::validation(&bars, &dir.join("validation")).map_err(|e| e.to_string())?;
+    plot::validation(&bars, &dir.join("validation"))?;
     say!(
         out,
         "wrote {}/{{validation.json,validation.md,validation.png,validation.svg,runs/}} (replay the simulator's side with: dsgd replay {})",

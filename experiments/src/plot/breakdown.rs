@@ -7,7 +7,7 @@
 //! blocked time, at most their computing time. Server ranks (parameter-server shards, EASGD's
 //! centre) are not workers and are left out.
 
-use super::{both_formats, on_target, with_legend, Swatch, Target, PALETTE};
+use super::{both_formats, on_target, with_legend, DrawError, Swatch, Target, PALETTE};
 use crate::sweep::RunRecord;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -99,8 +99,8 @@ const CRASHED: RGBColor = PALETTE[3];
 fn draw<DB: DrawingBackend>(
     area: DrawingArea<DB, Shift>,
     data: &BTreeMap<String, BTreeMap<usize, Shares>>,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     area.fill(&WHITE).map_err(e)?;
     let area = area
         .titled(
@@ -164,7 +164,7 @@ fn draw<DB: DrawingBackend>(
 }
 
 /// Draws the breakdown figure (`stem.png`, `stem.svg`).
-pub fn chart(stem: &Path, runs: &[RunRecord]) -> Result<Vec<PathBuf>, String> {
+pub fn chart(stem: &Path, runs: &[RunRecord]) -> crate::Result<Vec<PathBuf>> {
     let data = table(runs);
     if data.is_empty() {
         return Ok(Vec::new());

@@ -152,8 +152,8 @@ fn with_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[(String, RGBColor)],
     swatch: Swatch,
-) -> Result<DrawingArea<DB, Shift>, String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<DrawingArea<DB, Shift>, DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     if entries.is_empty() {
         return Ok(area.clone());
     }
@@ -202,8 +202,8 @@ fn draw_lines<DB: DrawingBackend>(
     panels: &[Panel],
     x: Axis,
     y: Axis,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     area.fill(&WHITE).map_err(e)?;
     let cap = divergence_cap(panels, x, y);
     let area = area.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(e)?;
@@ -264,12 +264,17 @@ fn draw_lines<DB: DrawingBackend>(
     area.present().map_err(e)
 }
 
+/// What the drawing library said when a figure could not be drawn.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DrawError(pub String);
+
 /// Renders `draw` to `stem.png` and `stem.svg`, each atomically.
 fn both_formats(
     stem: &Path,
     size: (u32, u32),
-    draw: &dyn Fn(Target) -> Result<(), String>,
-) -> Result<Vec<PathBuf>, String> {
+    draw: &dyn Fn(Target) -> Result<(), DrawError>,
+) -> crate::Result<Vec<PathBuf>> {
     register_font();
     let mut out = Vec::new();
     for ext in ["png", "svg"] {
@@ -278,9 +283,9 @@ fn both_formats(
         let res = if ext == "png" { draw(Target::Png(&tmp, size)) } else { draw(Target::Svg(&tmp, size)) };
         if let Err(err) = res {
             let _ = std::fs::remove_file(&tmp);
-            return Err(format!("{}: {err}", dest.display()));
+            return Err(crate::Error::Figure { path: dest, problem: err.0 });
         }
-        std::fs::rename(&tmp, &dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+        std::fs::rename(&tmp, &dest).map_err(crate::Error::io("write", &dest))?;
         out.push(dest);
     }
     Ok(out)
@@ -311,7 +316,7 @@ macro_rules! on_target {
 pub(crate) use on_target;
 
 /// A multi-panel line chart as PNG and SVG.
-pub fn line_chart(stem: &Path, title: &str, panels: &[Panel], x: Axis, y: Axis) -> Result<Vec<PathBuf>, String> {
+pub fn line_chart(stem: &Path, title: &str, panels: &[Panel], x: Axis, y: Axis) -> crate::Result<Vec<PathBuf>> {
     let cols = panels.len().clamp(1, 3) as u32;
     let rows = panels.len().div_ceil(3).max(1) as u32;
     both_formats(stem, (520 * cols + 220, 40 + 380 * rows), &|t| on_target!(t, a => draw_lines(a, title, panels, x, y)))
@@ -452,8 +457,8 @@ fn over_time(runs: &[RunRecord], labels: &BTreeMap<String, String>, column: &str
 fn draw_staleness<DB: DrawingBackend>(
     area: DrawingArea<DB, Shift>,
     hists: &[(String, Vec<(u64, f64)>)],
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     area.fill(&WHITE).map_err(e)?;
     let area = area
         .titled("Staleness of applied updates", ("sans-serif", 24).into_font().style(FontStyle::Bold))
@@ -487,8 +492,8 @@ fn draw_staleness<DB: DrawingBackend>(
 }
 
 /// Draws every figure that the runs have data for into `out`; returns the files written.
-pub fn all(all: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+pub fn all(all: &[RunRecord], out: &Path) -> crate::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).map_err(crate::Error::io("create", out))?;
     let runs = &analysis::best_runs(all);
     let labels = variant_labels(all, runs);
     let target = crate::report::target_text(runs);
@@ -506,7 +511,7 @@ fn over_time_charts(
     labels: &BTreeMap<String, String>,
     out: &Path,
     goal: &str,
-) -> Result<Vec<PathBuf>, String> {
+) -> crate::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let t = Axis { desc: "simulated time (s)", log: false };
     let seeds = seed_counts(runs);
@@ -545,7 +550,7 @@ fn over_time_charts(
 }
 
 /// Time to target, speedup and efficiency, and throughput against node counts.
-fn scaling_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<PathBuf>, String> {
+fn scaling_charts(runs: &[RunRecord], out: &Path, goal: &str) -> crate::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let nodes = scaling::node_counts(runs);
     let color = colors(runs);
@@ -608,7 +613,7 @@ fn scaling_charts(runs: &[RunRecord], out: &Path, goal: &str) -> Result<Vec<Path
 
 /// One timeline per algorithm (its run with the most nodes up to 16, first seed) and their
 /// staleness histograms.
-fn per_algorithm_charts(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, String> {
+fn per_algorithm_charts(runs: &[RunRecord], out: &Path) -> crate::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut pick: BTreeMap<String, &RunRecord> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.spec.nodes <= 16) {
@@ -642,7 +647,7 @@ fn per_algorithm_charts(runs: &[RunRecord], out: &Path) -> Result<Vec<PathBuf>, 
 
 /// The simulator's prediction relative to reality for each compared run (`(label, real,
 /// simulated)`), with the ±10% band: x is the row of `validation.md`, y is simulated / real.
-pub fn validation(rows: &[(String, f64, f64)], stem: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn validation(rows: &[(String, f64, f64)], stem: &Path) -> crate::Result<Vec<PathBuf>> {
     let n = rows.len().max(1);
     let flat = |y: f64, label: &str, color: usize| Series {
         label: label.into(),

@@ -8,7 +8,7 @@
 //! efficiency is that speedup over the growth in nodes (1 is perfect scaling); their bars
 //! propagate both times' intervals (first order).
 
-use super::{both_formats, fmt_tick, on_target, tr, with_legend, Axis, Swatch, Target, PALETTE};
+use super::{both_formats, fmt_tick, on_target, tr, with_legend, Axis, DrawError, Swatch, Target, PALETTE};
 use crate::analysis::mean_ci;
 use crate::sweep::RunRecord;
 use plotters::coord::Shift;
@@ -56,8 +56,8 @@ fn draw<DB: DrawingBackend>(
     title: &str,
     nodes: &[usize],
     panels: &[NodePanel],
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     area.fill(&WHITE).map_err(e)?;
     let area = area.titled(title, ("sans-serif", 20).into_font().style(FontStyle::Bold)).map_err(e)?;
     let mut entries: BTreeMap<usize, String> = BTreeMap::new();
@@ -81,8 +81,8 @@ fn draw_panel<DB: DrawingBackend>(
     cell: &DrawingArea<DB, Shift>,
     panel: &NodePanel,
     nodes: &[usize],
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     let k = nodes.len();
     let log = panel.y.log;
     let Some((floor, y0, y1)) = y_range(panel) else { return Ok(()) };
@@ -147,7 +147,7 @@ fn draw_panel<DB: DrawingBackend>(
 }
 
 /// Draws a chart against node count as PNG and SVG.
-pub fn chart(stem: &Path, title: &str, nodes: &[usize], panels: &[NodePanel]) -> Result<Vec<PathBuf>, String> {
+pub fn chart(stem: &Path, title: &str, nodes: &[usize], panels: &[NodePanel]) -> crate::Result<Vec<PathBuf>> {
     let size = (620 * panels.len().max(1) as u32 + 230, 460);
     both_formats(stem, size, &|t| on_target!(t, a => draw(a, title, nodes, panels)))
 }

@@ -3,7 +3,7 @@
 //! (EASGD's centre variable). Servers never compute: their time is shown as idle (serving
 //! messages takes them no modelled time).
 
-use super::{both_formats, on_target, with_legend, Swatch, Target, PALETTE};
+use super::{both_formats, on_target, with_legend, DrawError, Swatch, Target, PALETTE};
 use crate::spec::Spec;
 use crate::sweep::RunRecord;
 use dsgd_runtime::runner::AlgorithmConfig;
@@ -41,8 +41,8 @@ fn rows_of(dir: &Path) -> Vec<(usize, String, f64, f64)> {
         .collect()
 }
 
-fn draw<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[&RunRecord]) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+fn draw<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[&RunRecord]) -> Result<(), DrawError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawError(e.to_string());
     area.fill(&WHITE).map_err(e)?;
     let area = area
         .titled("What each rank does over time", ("sans-serif", 22).into_font().style(FontStyle::Bold))
@@ -89,7 +89,7 @@ fn draw<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, runs: &[&RunRecord]) -
 }
 
 /// Draws the timelines of `runs` (one panel each) as `stem.png` and `stem.svg`.
-pub fn chart(stem: &Path, runs: &[&RunRecord]) -> Result<Vec<PathBuf>, String> {
+pub fn chart(stem: &Path, runs: &[&RunRecord]) -> crate::Result<Vec<PathBuf>> {
     let height: u32 = runs.iter().map(|r| 90 + 16 * r.spec.ranks().min(40) as u32).sum();
     both_formats(stem, (1250, 40 + height), &|t| on_target!(t, a => draw(a, runs)))
 }

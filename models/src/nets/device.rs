@@ -4,6 +4,34 @@
 
 use std::fmt;
 
+/// A device that cannot be named or used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// Not `cpu`, `cuda` or `cuda:N`.
+    #[error("unknown device {0:?}; expected \"cpu\", \"cuda\" or \"cuda:N\"")]
+    Unknown(String),
+    /// This binary was built without the `cuda` feature.
+    #[error(
+        "this dsgd was built without CUDA support; rebuild with `cargo build --release --features cuda` \
+         (on a machine with an NVIDIA driver) or use device \"cpu\""
+    )]
+    NotBuilt,
+    /// No NVIDIA driver library where the loader looks.
+    #[error(
+        "no NVIDIA driver found: libcuda.so.1 is not in LD_LIBRARY_PATH or the system library folders; this \
+         machine has no usable GPU. Install the NVIDIA driver or use device \"cpu\""
+    )]
+    NoDriver,
+    /// The driver is there but the GPU could not compute a first sum.
+    #[error("CUDA device {device} cannot be used: {why}; use device \"cpu\"")]
+    Unusable {
+        /// The GPU's number.
+        device: usize,
+        /// What burn or the driver said.
+        why: String,
+    },
+}
+
 /// A compute device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
@@ -24,7 +52,7 @@ impl fmt::Display for Device {
 
 impl Device {
     /// Parses `cpu`, `cuda` or `cuda:N`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, DeviceError> {
         match s {
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
@@ -32,14 +60,14 @@ impl Device {
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
                 .map(Device::Cuda)
-                .ok_or_else(|| format!("unknown device {s:?}; expected \"cpu\", \"cuda\" or \"cuda:N\"")),
+                .ok_or_else(|| DeviceError::Unknown(s.to_string())),
         }
     }
 
     /// Checks that the device can be used: always for the CPU; for CUDA, that this binary was
     /// built with the `cuda` feature, that the driver library `libcuda` can be found and that a
     /// first tensor can be made on the GPU.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), DeviceError> {
         match *self {
             Device::Cpu => Ok(()),
             Device::Cuda(n) => cuda_check(n),
@@ -81,21 +109,17 @@ pub fn driver_present() -> bool {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_check(_n: usize) -> Result<(), String> {
-    Err("this dsgd was built without CUDA support; rebuild with `cargo build --release --features cuda` \
-         (on a machine with an NVIDIA driver) or use device \"cpu\""
-        .into())
+fn cuda_check(_n: usize) -> Result<(), DeviceError> {
+    Err(DeviceError::NotBuilt)
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_check(n: usize) -> Result<(), String> {
+fn cuda_check(n: usize) -> Result<(), DeviceError> {
     use burn::backend::cuda::CudaDevice;
     use burn::backend::Cuda;
     use burn::tensor::Tensor;
     if !driver_present() {
-        return Err("no NVIDIA driver found: libcuda.so.1 is not in LD_LIBRARY_PATH or the system library \
-                    folders; this machine has no usable GPU. Install the NVIDIA driver or use device \"cpu\""
-            .into());
+        return Err(DeviceError::NoDriver);
     }
     // burn panics (inside cudarc or cubecl) when the driver cannot start or the GPU is absent:
     // probe once with the panic message silenced and report it as an error.
@@ -108,14 +132,14 @@ fn cuda_check(n: usize) -> Result<(), String> {
     std::panic::set_hook(hook);
     match probe {
         Ok(s) if s == 3.0 => Ok(()),
-        Ok(s) => Err(format!("CUDA device {n} computed 1 + 2 = {s}; the GPU or its driver is broken")),
+        Ok(s) => Err(DeviceError::Unusable { device: n, why: format!("it computed 1 + 2 = {s}") }),
         Err(p) => {
             let why = p
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown error".into());
-            Err(format!("CUDA device {n} cannot be used: {why}"))
+            Err(DeviceError::Unusable { device: n, why })
         }
     }
 }
@@ -129,7 +153,8 @@ mod tests {
         assert_eq!(Device::parse("cpu"), Ok(Device::Cpu));
         assert_eq!(Device::parse("cuda"), Ok(Device::Cuda(0)));
         assert_eq!(Device::parse("cuda:3"), Ok(Device::Cuda(3)));
-        assert!(Device::parse("gpu").unwrap_err().contains("expected"));
+        assert_eq!(Device::parse("gpu"), Err(DeviceError::Unknown("gpu".into())));
+        assert!(Device::parse("cuda:x").unwrap_err().to_string().contains("expected"));
         assert_eq!(Device::Cuda(2).to_string(), "cuda:2");
         assert_eq!(Device::Cpu.check(), Ok(()));
     }
@@ -141,6 +166,10 @@ mod tests {
             return;
         }
         let e = Device::Cuda(0).check().unwrap_err();
+        if !cfg!(feature = "cuda") {
+            assert_eq!(e, DeviceError::NotBuilt);
+        }
+        let e = e.to_string();
         assert!(e.contains("cuda") || e.contains("CUDA") || e.contains("NVIDIA"), "{e}");
         assert!(e.contains("\"cpu\""), "the error says what to do instead: {e}");
     }

@@ -42,7 +42,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use cnn::Cnn;
-pub use device::Device;
+pub use device::{Device, DeviceError};
 use mlp::Mlp;
 use rand::Rng;
 use rand::SeedableRng;
@@ -374,7 +374,12 @@ impl BurnNet {
     }
 
     /// The same network computing on `device`; an error if the device cannot be used.
-    pub fn with_device(kind: NetKind, data: Arc<FashionMnist>, init_seed: u64, device: Device) -> Result<Self, String> {
+    pub fn with_device(
+        kind: NetKind,
+        data: Arc<FashionMnist>,
+        init_seed: u64,
+        device: Device,
+    ) -> Result<Self, DeviceError> {
         device.check()?;
         Ok(BurnNet { device, ..BurnNet::new(kind, data, init_seed) })
     }

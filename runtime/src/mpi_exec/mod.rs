@@ -95,6 +95,25 @@ pub fn try_receive(world: &SimpleCommunicator) -> Option<(Vec<u8>, Status)> {
     Some((buf, status))
 }
 
+/// A real run that cannot start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RealError {
+    /// `mpirun` started another number of ranks than the spec has.
+    #[error("this spec needs {needed} ranks (workers and servers) but mpirun started {started}; run it with `mpirun -np {needed}`")]
+    Ranks {
+        /// Ranks the spec has.
+        needed: usize,
+        /// Ranks mpirun started.
+        started: usize,
+    },
+    /// The compute section cannot be built.
+    #[error(transparent)]
+    Compute(#[from] dsgd_sim::SimError),
+    /// The rank's gradient thread panicked.
+    #[error("the compute thread panicked")]
+    ComputeThread,
+}
+
 /// Sets this thread's timer slack (inherited by the threads it starts) to 1 ns: the kernel's
 /// default of 50 µs stretched every 20 µs poll to about 150 µs of message latency.
 pub fn precise_sleeps() {
@@ -111,22 +130,19 @@ pub fn run_real<P>(
     workload: Arc<dyn Workload>,
     train: TrainConfig,
     cfg: &RealConfig,
-) -> Result<Option<RunResult>, String>
+) -> Result<Option<RunResult>, RealError>
 where
     P: Protocol,
     P::Msg: Serialize + DeserializeOwned,
 {
     let ranks = roles.len();
     if world.size() as usize != ranks {
-        return Err(format!(
-            "this spec needs {ranks} ranks (workers and servers) but mpirun started {}; run it with `mpirun -np {ranks}`",
-            world.size()
-        ));
+        return Err(RealError::Ranks { needed: ranks, started: world.size() as usize });
     }
     let me = world.rank() as usize;
     let role = roles.swap_remove(me);
     let streams = Streams::new(cfg.seed);
-    let model = ComputeModel::new(&cfg.compute, ranks, &streams).map_err(|e| e.to_string())?;
+    let model = ComputeModel::new(&cfg.compute, ranks, &streams)?;
     precise_sleeps();
     let (job_tx, job_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
@@ -145,7 +161,7 @@ where
     l.r.close();
     let final_view = if l.up { OwnedView::of(l.r.role.view()) } else { OwnedView::Nothing };
     l.drain(world);
-    computer.join().map_err(|_| "the compute thread panicked".to_string())?;
+    computer.join().map_err(|_| RealError::ComputeThread)?;
     world.barrier();
     let report = l.report(end_time, final_view);
     if me != 0 {

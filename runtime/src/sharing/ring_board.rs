@@ -154,7 +154,7 @@ impl SharedRing {
 
     /// Iterations held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.entries.len()
     }
 }
