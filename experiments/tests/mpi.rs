@@ -184,14 +184,14 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
         ],
     );
     assert!(!o.status.success());
-    assert!(text(&o).contains("faults[0]: partition cannot be injected in a real run"), "{}", text(&o));
+    assert!(text(&o).contains("field `faults[0]`: partition cannot be injected in a real run"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
     // Nor can a collective that is a modelled delay.
     for (c, extra) in [("analytic", ""), ("analytic_hierarchical", r#","group_size":2"#)] {
         let set = format!(r#"algorithm={{"kind":"sync","collective":"{c}"{extra}}}"#);
         let o = mpirun(dir.path(), 4, &["real", &spec, "--out", "r", "--set", &set]);
         assert!(!o.status.success());
-        assert!(text(&o).contains(&format!("algorithm.collective: {c} charges a modelled delay")), "{}", text(&o));
+        assert!(text(&o).contains(&format!("field `algorithm.collective`: {c} charges a modelled delay")), "{}", text(&o));
         assert!(!dir.path().join("r").exists());
     }
     // Nor a parameter server's modelled update time: a real server takes its real time.
@@ -199,12 +199,12 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
     let set = r#"algorithm={"kind":"async_ps","update_time_us":100}"#;
     let o = mpirun(dir.path(), 4, &["real", &ps, "--out", "r", "--set", set]);
     assert!(!o.status.success());
-    assert!(text(&o).contains("algorithm.update_time_us: is 100; a real rank takes"), "{}", text(&o));
+    assert!(text(&o).contains("field `algorithm.update_time_us`: is 100; a real rank takes"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
     // Nor a worker's modelled receive time.
     let o = mpirun(dir.path(), 4, &["real", &ps, "--out", "r", "--set", "compute.receive_time_us=50"]);
     assert!(!o.status.success());
-    assert!(text(&o).contains("compute.receive_time_us: is 50; a real rank takes"), "{}", text(&o));
+    assert!(text(&o).contains("field `compute.receive_time_us`: is 50; a real rank takes"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
 }
 
