@@ -20,7 +20,7 @@ pub struct Args {
 /// Without MPI: says how to rebuild.
 #[cfg(not(feature = "mpi"))]
 pub fn run(_: Args, _: Out) -> anyhow::Result<ExitCode> {
-    Err(anyhow!(super::mpi::NO_MPI))
+    Err(anyhow::anyhow!(super::mpi::NO_MPI))
 }
 
 /// Runs the spec on this MPI job's ranks; rank 0 writes the run folder and prints the summary.
