@@ -191,7 +191,11 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
         let set = format!(r#"algorithm={{"kind":"sync","collective":"{c}"{extra}}}"#);
         let o = mpirun(dir.path(), 4, &["real", &spec, "--out", "r", "--set", &set]);
         assert!(!o.status.success());
-        assert!(text(&o).contains(&format!("field `algorithm.collective`: {c} charges a modelled delay")), "{}", text(&o));
+        assert!(
+            text(&o).contains(&format!("field `algorithm.collective`: {c} charges a modelled delay")),
+            "{}",
+            text(&o)
+        );
         assert!(!dir.path().join("r").exists());
     }
     // Nor a parameter server's modelled update time: a real server takes its real time.

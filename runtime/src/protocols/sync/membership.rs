@@ -1,7 +1,9 @@
 //! Membership changes of synchronous SGD: the watchdog that notices a member is gone, the probe
 //! that forms the next membership, the donor's state hand-off, and a restarted rank's join.
 
-use super::{Membership, Stage, StateMsg, SyncMsg, SyncWorker, HELLO, JOIN_ASKS, PROBE_END, SMALL, WATCHDOG};
+use super::{
+    Gradient, Membership, Stage, StateMsg, Step, SyncMsg, SyncWorker, HELLO, JOIN_ASKS, PROBE_END, SMALL, WATCHDOG,
+};
 use crate::protocol::{Context, Phase};
 use dsgd_sim::{SimDuration, SimTime};
 use std::collections::BTreeMap;
@@ -32,7 +34,8 @@ impl SyncWorker {
 
     /// The worker waits for others (and no probe runs), so silence means someone is gone.
     fn waiting(&self) -> bool {
-        self.probing.is_none() && (self.stage == Stage::Reducing || self.stage.awaits_state())
+        let stage = self.stage();
+        self.probing.is_none() && (stage == Stage::Reducing || stage.awaits_state())
     }
 
     /// The watchdog fired: re-arm it if there was progress since; otherwise ask again to join,
@@ -43,13 +46,13 @@ impl SyncWorker {
             return;
         }
         let quiet = ctx.now().saturating_since(self.watchdog.progress);
-        match self.stage {
+        match self.stage() {
             _ if quiet < self.timeout() => {
                 self.watchdog.armed = true;
                 ctx.set_timer(SimDuration(self.timeout().as_nanos() - quiet.as_nanos()), WATCHDOG);
             }
             Stage::Joining { asked } if asked < JOIN_ASKS => {
-                self.stage = Stage::Joining { asked: asked + 1 };
+                self.stage = Step::Joining { asked: asked + 1 };
                 self.ask_to_join(ctx);
             }
             _ => {
@@ -64,7 +67,7 @@ impl SyncWorker {
     pub(super) fn on_hello(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         ctx.set_timer(self.timeout(), HELLO);
         let rank = ctx.rank();
-        let joining = matches!(self.stage, Stage::Joining { .. });
+        let joining = matches!(self.stage, Step::Joining { .. });
         if self.probing.is_none() && !joining && self.now.members[0] == rank {
             for r in (0..ctx.ranks()).filter(|r| !self.now.members.contains(r)) {
                 ctx.send(r, SyncMsg::Join { epoch: self.now.epoch }, SMALL);
@@ -75,8 +78,9 @@ impl SyncWorker {
     /// Starts a probe of `epoch`: pauses the iteration and asks every rank to answer.
     fn start_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, epoch: u32) {
         self.collective.abandon(ctx.sharing());
-        if self.stage == Stage::Reducing {
-            self.stage = Stage::Computing; // the gradient is kept; the reduction starts over
+        if let Step::Reducing(grad) = &self.stage {
+            // The gradient is kept; the reduction starts over.
+            self.stage = Step::Computing(Gradient::Ready(grad.clone()));
         }
         self.invalidate();
         let rank = ctx.rank();
@@ -109,7 +113,7 @@ impl SyncWorker {
         if let Some(p) = &self.probing {
             let probe = SyncMsg::Probe { epoch: p.epoch, done: self.done };
             ctx.send(from, probe, SMALL);
-        } else if !matches!(self.stage, Stage::Joining { .. }) {
+        } else if !matches!(self.stage, Step::Joining { .. }) {
             ctx.note(format!("rank {from} (epoch {epoch}) joins"));
             self.start_probe(ctx, self.now.epoch.max(epoch) + 1);
         }
@@ -132,19 +136,20 @@ impl SyncWorker {
             // Everyone adopts the donor's state, so replicas are bit-identical after any
             // membership change (two halves of a healed partition may have equal counts but
             // different parameters).
-            self.stage = Stage::AwaitingState;
+            self.stage = Step::AwaitingState(self.stage.gradient());
             self.arm_watchdog(ctx);
             if let Some(state) = self.pending_state.take() {
                 self.on_state(ctx, state);
             }
             return;
         }
-        self.stage = Stage::Computing;
+        let grad = self.stage.gradient();
+        self.stage = Step::Computing(grad.clone());
         self.hand_state(ctx, &p);
-        if self.grad.is_some() {
-            self.start_reduce(ctx);
-        } else if self.job.is_none() {
-            self.begin_iteration(ctx);
+        match grad {
+            Gradient::Ready(_) => self.start_reduce(ctx),
+            Gradient::Absent => self.begin_iteration(ctx),
+            Gradient::Pending(_) => {} // it goes on when the gradient is done
         }
     }
 
@@ -185,7 +190,7 @@ impl SyncWorker {
             return;
         }
         let StateMsg { epoch, done, params, velocity, steps } = *msg;
-        if epoch < self.now.epoch || !self.stage.awaits_state() {
+        if epoch < self.now.epoch || !self.stage().awaits_state() {
             return;
         }
         let velocity = Self::share(ctx, velocity);

@@ -180,7 +180,8 @@ const HELLO: u64 = 4;
 const SERVED: u64 = 5;
 const SMALL: u64 = 64;
 
-/// Where a worker is in its iteration. A membership probe ([`membership::Probing`]) pauses
+/// Where a worker is in its iteration (what [`SyncWorker::stage`] shows; the worker's own
+/// [`Step`] carries each stage's data). A membership probe ([`membership::Probing`]) pauses
 /// whichever stage it finds; the stage resumes, or changes, when the probe ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
@@ -207,6 +208,57 @@ impl Stage {
     /// The worker has no valid parameters until a donor's state arrives.
     fn awaits_state(self) -> bool {
         matches!(self, Stage::AwaitingState | Stage::Joining { .. } | Stage::Crashed)
+    }
+}
+
+/// The gradient of the iteration in progress.
+#[derive(Clone, Debug)]
+enum Gradient {
+    /// Being computed by this job.
+    Pending(JobId),
+    /// Computed.
+    Ready(Arc<Vec<f32>>),
+    /// None: none was started, or the one started was given up.
+    Absent,
+}
+
+/// A [`Stage`] with the data that stage holds.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Computing the gradient of iteration `done`, or holding it while a probe runs.
+    Computing(Gradient),
+    /// Reducing this gradient with the other members.
+    Reducing(Arc<Vec<f32>>),
+    /// Waiting for a donor's state, with the iteration's gradient as it was (a later probe may
+    /// make this worker the donor; a gradient that finishes while it waits is given up).
+    AwaitingState(Gradient),
+    /// Restarted: asked the others `asked` times to take it back.
+    Joining {
+        /// Requests sent so far.
+        asked: u32,
+    },
+    /// Crashed: the next start is a restart.
+    Crashed,
+}
+
+impl Step {
+    fn kind(&self) -> Stage {
+        match self {
+            Step::Computing(_) => Stage::Computing,
+            Step::Reducing(_) => Stage::Reducing,
+            Step::AwaitingState(_) => Stage::AwaitingState,
+            Step::Joining { asked } => Stage::Joining { asked: *asked },
+            Step::Crashed => Stage::Crashed,
+        }
+    }
+
+    /// The iteration's gradient, as a stage that waits keeps it.
+    fn gradient(&self) -> Gradient {
+        match self {
+            Step::Computing(g) | Step::AwaitingState(g) => g.clone(),
+            Step::Reducing(g) => Gradient::Ready(g.clone()),
+            Step::Joining { .. } | Step::Crashed => Gradient::Absent,
+        }
     }
 }
 
@@ -258,12 +310,10 @@ pub struct SyncWorker {
     now: Membership,
     /// Completed iterations.
     done: u64,
-    stage: Stage,
-    /// A membership probe in progress.
+    /// The stage of the iteration, with its data.
+    stage: Step,
+    /// A membership probe in progress (an overlay: it pauses whichever stage it finds).
     probing: Option<membership::Probing>,
-    /// The gradient computation in flight, and the gradient once it is ready.
-    job: Option<JobId>,
-    grad: Option<Arc<Vec<f32>>>,
     iter_start: SimTime,
     /// Generation of the iteration's and probe's timers: a timer of an older one is void.
     gen: u64,
@@ -316,10 +366,8 @@ impl SyncWorker {
             opt: Sgd::new(opt, 0, now.members.len()),
             now,
             done: 0,
-            stage: Stage::Computing,
+            stage: Step::Computing(Gradient::Absent),
             probing: None,
-            job: None,
-            grad: None,
             iter_start: SimTime::ZERO,
             gen: 0,
             watchdog: membership::Watchdog::default(),
@@ -344,7 +392,7 @@ impl SyncWorker {
     }
     /// The stage of the iteration.
     pub fn stage(&self) -> Stage {
-        self.stage
+        self.stage.kind()
     }
     /// The reduction mode.
     pub fn mode(&self) -> Mode {
@@ -376,9 +424,7 @@ impl SyncWorker {
     /// Starts computing the gradient of iteration `done` at the current parameters.
     fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         self.iter_start = ctx.now();
-        self.grad = None;
-        self.stage = Stage::Computing;
-        self.job = Some(ctx.start_gradient(self.params.clone(), self.batch));
+        self.stage = Step::Computing(Gradient::Pending(ctx.start_gradient(self.params.clone(), self.batch)));
     }
 
     /// Adopts new parameters (from the backup aggregator or a donor) with `done` iterations, and
@@ -401,8 +447,8 @@ impl Protocol for SyncWorker {
         let velocity = ctx.sharing().share(self.opt.shared_velocity().clone());
         self.opt.adopt_shared(velocity, 0);
         ctx.set_timer(self.timeout(), HELLO);
-        if self.stage == Stage::Crashed {
-            self.stage = Stage::Joining { asked: 1 };
+        if matches!(self.stage, Step::Crashed) {
+            self.stage = Step::Joining { asked: 1 };
             self.now.members = vec![ctx.rank()].into();
             self.ask_to_join(ctx);
             return;
@@ -417,7 +463,7 @@ impl Protocol for SyncWorker {
             SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
             SyncMsg::Params { view, iter, params } => {
                 let current = view == self.now.view && iter > self.done;
-                if current && self.probing.is_none() && !self.stage.awaits_state() {
+                if current && self.probing.is_none() && !self.stage().awaits_state() {
                     self.adopt(ctx, params, iter);
                 }
             }
@@ -446,24 +492,24 @@ impl Protocol for SyncWorker {
     }
 
     fn on_gradient(&mut self, ctx: &mut dyn Context<SyncMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
-        if self.job != Some(job) {
-            return; // computed for parameters that have since been replaced
-        }
-        self.job = None;
-        if self.stage.awaits_state() {
-            return;
-        }
-        self.grad = Some(Arc::new(grad));
-        if self.probing.is_none() {
-            self.start_reduce(ctx);
+        match &self.stage {
+            Step::Computing(Gradient::Pending(j)) if *j == job => {
+                self.stage = Step::Computing(Gradient::Ready(Arc::new(grad)));
+                if self.probing.is_none() {
+                    self.start_reduce(ctx);
+                }
+            }
+            // The state of another member replaces these parameters: the gradient is given up.
+            Step::AwaitingState(Gradient::Pending(j)) if *j == job => {
+                self.stage = Step::AwaitingState(Gradient::Absent)
+            }
+            _ => {} // computed for parameters that have since been replaced
         }
     }
 
     fn on_crash(&mut self) {
-        self.job = None;
-        self.grad = None;
         self.probing = None;
-        self.stage = Stage::Crashed;
+        self.stage = Step::Crashed;
         self.watchdog = membership::Watchdog::default();
         self.pending_state = None;
         self.collective.clear();
@@ -479,7 +525,7 @@ impl Protocol for SyncWorker {
     }
 
     fn view(&self) -> View<'_> {
-        if self.stage.awaits_state() {
+        if self.stage().awaits_state() {
             View::Nothing
         } else {
             View::Replica { params: (&self.params[..]).into(), weight: 1.0 }

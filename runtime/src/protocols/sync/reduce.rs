@@ -5,7 +5,7 @@
 //! the executor keeps a ring board ([`crate::sharing`]), the ring's average comes from it and the
 //! ring's messages carry no values.
 
-use super::{Membership, Mode, Stage, SyncMsg, SyncWorker, ANALYTIC_DONE};
+use super::{Gradient, Membership, Mode, Step, SyncMsg, SyncWorker, ANALYTIC_DONE};
 use crate::collectives::{self, CollectiveKind, Groups, Outgoing, Run, Schedule};
 use crate::protocol::{Context, Phase};
 use crate::sharing::{scaled, sum_in_order, RingKey, Seat, Sharing};
@@ -87,10 +87,10 @@ impl CollectiveState {
 impl SyncWorker {
     /// The gradient is ready and no probe runs: reduce it in this worker's mode.
     pub(super) fn start_reduce(&mut self, ctx: &mut dyn Context<SyncMsg>) {
-        let grad = self.grad.clone().expect("a gradient is ready");
+        let Gradient::Ready(grad) = self.stage.gradient() else { unreachable!("a gradient is ready") };
         let rank = ctx.rank();
         let Some(me) = self.me(rank) else { return };
-        self.stage = Stage::Reducing;
+        self.stage = Step::Reducing(grad.clone());
         ctx.set_phase(Phase::Communicating);
         self.arm_watchdog(ctx);
         let (view, iter, ready) = (self.now.view, self.done, ctx.now());
@@ -215,7 +215,7 @@ impl SyncWorker {
 
     /// The analytic and backup modes act once enough gradients are in.
     fn check_gathered(&mut self, ctx: &mut dyn Context<SyncMsg>) {
-        if self.stage != Stage::Reducing {
+        if !matches!(self.stage, Step::Reducing(_)) {
             return;
         }
         let key = (self.now.view, self.done);
