@@ -23,7 +23,7 @@ impl SpecError {
 
 /// Sets `path` (dotted; numbers index arrays) in `root` to `value`, creating objects as needed.
 pub fn set_path(root: &mut Value, path: &str, value: Value) -> Result<(), FieldError> {
-    let bad = |problem: String| FieldError { field: path.to_string(), problem };
+    let bad = |problem: String| FieldError { field: path.into(), problem };
     let parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(bad("is not a field path (use names separated by dots, e.g. network.latency_us)".into()));
@@ -106,7 +106,7 @@ fn fill_defaults(root: &mut Value, resolved: &Value, prefix: &[&str]) {
 pub fn parse_assignment(s: &str) -> Result<(String, Value), FieldError> {
     let (k, v) = s
         .split_once('=')
-        .ok_or_else(|| FieldError { field: s.to_string(), problem: "is not of the form path.to.field=value".into() })?;
+        .ok_or_else(|| FieldError { field: s.into(), problem: "is not of the form path.to.field=value".into() })?;
     let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
     Ok((k.trim().to_string(), value))
 }
@@ -189,7 +189,7 @@ fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), FieldE
     let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
     match (given, back) {
         (Value::Array(_), Value::Object(_)) => Err(FieldError {
-            field: path.to_string(),
+            field: path.into(),
             problem: "expected an object ({\"field\": value, ...}), found a list".into(),
         }),
         (Value::Object(g), Value::Object(b)) => {
@@ -198,7 +198,7 @@ fn same_containers(given: &Value, back: &Value, path: &str) -> Result<(), FieldE
             if let (Some(kind), true) = (g.get("kind"), b.len() == 1 && b.contains_key("kind")) {
                 if let Some(k) = g.keys().find(|k| *k != "kind") {
                     let problem = format!("unknown field `{k}`; kind {kind} takes no other field");
-                    return Err(FieldError { field: join(k), problem });
+                    return Err(FieldError { field: join(k).into(), problem });
                 }
             }
             for (k, v) in g {

@@ -25,12 +25,14 @@ use dsgd_sim::SimConfig;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use dsgd_sim::error::FieldPath;
+
 /// A problem with a spec: which field, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("field `{field}`: {problem}")]
 pub struct FieldError {
     /// Dotted path of the field.
-    pub field: String,
+    pub field: FieldPath,
     /// What is wrong and what is allowed.
     pub problem: String,
 }
@@ -39,7 +41,7 @@ impl From<dsgd_sim::SimError> for FieldError {
     fn from(e: dsgd_sim::SimError) -> Self {
         match e.into_field_problem() {
             Ok((field, problem)) => FieldError { field, problem },
-            Err(other) => FieldError { field: String::new(), problem: other.to_string() },
+            Err(other) => FieldError { field: FieldPath::default(), problem: other.to_string() },
         }
     }
 }
@@ -47,11 +49,11 @@ impl From<dsgd_sim::SimError> for FieldError {
 impl From<dsgd_models::spec::WorkloadError> for FieldError {
     /// The workload section's error, with its path as the user wrote it.
     fn from(e: dsgd_models::spec::WorkloadError) -> Self {
-        FieldError { field: dsgd_sim::error::join_path("workload", &e.field), problem: e.problem }
+        FieldError { field: FieldPath::from(e.field).under("workload"), problem: e.problem }
     }
 }
 
-fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
+fn bad<T>(field: impl Into<FieldPath>, problem: impl Into<String>) -> Result<T, FieldError> {
     Err(FieldError { field: field.into(), problem: problem.into() })
 }
 

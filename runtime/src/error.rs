@@ -2,24 +2,26 @@
 //! checked it, and what is wrong. A layer that holds that configuration under a name adds the
 //! name ([`ConfigError::under`]), so the command line reports the path as the user wrote it.
 
+use dsgd_sim::error::FieldPath;
+
 /// A value the runtime refuses.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("`{field}`: {problem}")]
 pub struct ConfigError {
     /// Path of the field, relative to the configuration that was checked (`lr`, `shards`).
-    pub field: String,
+    pub field: FieldPath,
     /// What is wrong and what is allowed.
     pub problem: String,
 }
 
 impl ConfigError {
     /// `field` is wrong: `problem`.
-    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub fn new(field: impl Into<FieldPath>, problem: impl Into<String>) -> Self {
         ConfigError { field: field.into(), problem: problem.into() }
     }
     /// The same error seen from the configuration that holds the checked one as `name`.
     pub fn under(self, name: &str) -> Self {
-        ConfigError { field: dsgd_sim::error::join_path(name, &self.field), ..self }
+        ConfigError { field: self.field.under(name), ..self }
     }
 }
 
@@ -33,7 +35,7 @@ impl From<dsgd_sim::SimError> for ConfigError {
     fn from(e: dsgd_sim::SimError) -> Self {
         match e.into_field_problem() {
             Ok((field, problem)) => ConfigError { field, problem },
-            Err(other) => ConfigError { field: String::new(), problem: other.to_string() },
+            Err(other) => ConfigError { field: FieldPath::default(), problem: other.to_string() },
         }
     }
 }

@@ -39,7 +39,7 @@ pub enum SimError {
     #[error("invalid configuration: `{field}` {problem}")]
     InvalidConfig {
         /// The path of the offending field, e.g. `network.topology.rack_size`.
-        field: String,
+        field: FieldPath,
         /// What is wrong and what is allowed.
         problem: String,
     },
@@ -48,7 +48,7 @@ pub enum SimError {
     #[error("invalid configuration: `{field}` names rank {rank}, but the run has ranks 0..{ranks}")]
     RankOutOfRange {
         /// The path of the field that names it.
-        field: String,
+        field: FieldPath,
         /// The rank named.
         rank: usize,
         /// How many ranks the run has.
@@ -83,7 +83,7 @@ pub const STALL_EVENTS: u64 = 50_000_000;
 impl SimError {
     /// A configuration error as the path of its field and what is wrong with it (`Err` with the
     /// error itself for the others).
-    pub fn into_field_problem(self) -> std::result::Result<(String, String), SimError> {
+    pub fn into_field_problem(self) -> std::result::Result<(FieldPath, String), SimError> {
         match self {
             SimError::InvalidConfig { field, problem } => Ok((field, problem)),
             SimError::RankOutOfRange { field, rank, ranks } => {
@@ -94,7 +94,7 @@ impl SimError {
     }
 
     /// Shorthand for [`SimError::InvalidConfig`].
-    pub fn config(field: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub fn config(field: impl Into<FieldPath>, problem: impl Into<String>) -> Self {
         SimError::InvalidConfig { field: field.into(), problem: problem.into() }
     }
 
@@ -102,14 +102,71 @@ impl SimError {
     /// configuration error's path gains the prefix; other errors are unchanged.
     pub fn under(self, name: &str) -> Self {
         match self {
-            SimError::InvalidConfig { field, problem } => {
-                SimError::InvalidConfig { field: join_path(name, &field), problem }
-            }
+            SimError::InvalidConfig { field, problem } => SimError::InvalidConfig { field: field.under(name), problem },
             SimError::RankOutOfRange { field, rank, ranks } => {
-                SimError::RankOutOfRange { field: join_path(name, &field), rank, ranks }
+                SimError::RankOutOfRange { field: field.under(name), rank, ranks }
             }
             other => other,
         }
+    }
+}
+
+/// A field's path in a configuration (`network.topology.rack_size`, `faults[2].at_s`), relative
+/// to the configuration that checked it. A layer that holds that configuration under a name puts
+/// the name in front ([`FieldPath::under`]), so the command line reports the path as the user
+/// wrote it. The one path type of every layer's configuration errors (the engine's, the
+/// runtime's, the workload's and the spec's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    /// The path as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// The path seen from the configuration that holds this one as `name`.
+    pub fn under(&self, name: &str) -> FieldPath {
+        FieldPath(join_path(name, &self.0))
+    }
+    /// The configuration itself (no field).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for FieldPath {
+    fn from(s: &str) -> Self {
+        FieldPath(s.to_string())
+    }
+}
+
+impl From<String> for FieldPath {
+    fn from(s: String) -> Self {
+        FieldPath(s)
+    }
+}
+
+impl From<&String> for FieldPath {
+    fn from(s: &String) -> Self {
+        FieldPath(s.clone())
+    }
+}
+
+impl PartialEq<str> for FieldPath {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for FieldPath {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
     }
 }
 

@@ -10,7 +10,7 @@
 //! rounds to 0 ns where time must pass, bandwidths and factors within twelve orders of magnitude.
 
 use crate::compute::{ComputeConfig, Jitter, Slowdown};
-use crate::error::{Result, SimError};
+use crate::error::{FieldPath, Result, SimError};
 use crate::faults::{Fault, FaultConfig, RandomFailures};
 use crate::net::{NetMode, NetworkConfig, NicOverride, Topology, Transport};
 use crate::time::{Bandwidth, SimDuration, SimTime};
@@ -26,7 +26,7 @@ pub const ZERO_NS: &str = "(it would round to 0 ns, and a step that takes no tim
 /// The default retransmission timeout, milliseconds.
 pub const DEFAULT_RTO_MS: f64 = 200.0;
 
-fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T> {
+fn bad<T>(field: impl Into<FieldPath>, problem: impl Into<String>) -> Result<T> {
     Err(SimError::config(field, problem))
 }
 
@@ -96,7 +96,7 @@ fn window(from: f64, until: f64) -> Result<()> {
     Ok(())
 }
 
-fn rank(field: impl Into<String>, n: usize, ranks: usize) -> Result<()> {
+fn rank(field: impl Into<FieldPath>, n: usize, ranks: usize) -> Result<()> {
     if n < ranks {
         return Ok(());
     }
