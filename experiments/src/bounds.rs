@@ -10,6 +10,7 @@
 //! memory available (`MemAvailable`) unless given `--force`.
 
 use crate::spec::{Spec, WorkloadSpec};
+use dsgd_runtime::budget::Budget;
 use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::runner::AlgorithmConfig;
 
@@ -88,6 +89,20 @@ fn model_params(w: &WorkloadSpec) -> f64 {
     }
 }
 
+/// Parameters a message of `w` carries on the wire (`wire_params`, or the model's).
+fn wire_params(w: &WorkloadSpec) -> f64 {
+    match w {
+        WorkloadSpec::Timing { params, .. } => *params as f64,
+        WorkloadSpec::Quadratic { wire_params, .. }
+        | WorkloadSpec::Softmax { wire_params, .. }
+        | WorkloadSpec::Burn { wire_params, .. } => wire_params.map_or_else(|| model_params(w), |p| p as f64),
+    }
+}
+
+/// Bytes the engine holds for each event in its queue (the slot, the heap entry, a message's
+/// envelope), about.
+const EVENT_BYTES: f64 = 200.0;
+
 fn dataset_bytes(w: &WorkloadSpec) -> f64 {
     match w {
         WorkloadSpec::Softmax { features, train, test, .. } => ((train + test) * (features + 1)) as f64 * 8.0,
@@ -125,6 +140,11 @@ pub fn estimate(spec: &Spec) -> Estimate {
         AlgorithmConfig::AsyncPs(c) if c.delay_compensation > 0.0 => n * params * 4.0,
         _ => 0.0,
     };
+    // Every worker of a parameter server has a pull or a push in flight with every shard.
+    let in_flight = match &spec.algorithm {
+        AlgorithmConfig::AsyncPs(c) => n * c.shards as f64 * 2.0 * EVENT_BYTES,
+        _ => 0.0,
+    };
     let engine = ranks as f64 * 2048.0;
     let data = dataset_bytes(&spec.workload);
     let mut drivers = vec![
@@ -133,6 +153,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
         (format!("nodes ({}): the engine's per-node state", spec.nodes), engine),
         ("the workload's data set".to_string(), data),
         (format!("nodes ({}): the slices the shards last sent (algorithm.delay_compensation)", spec.nodes), sent),
+        (format!("nodes ({}) × algorithm.shards: the messages in flight between them", spec.nodes), in_flight),
     ];
     drivers.retain(|d| d.1 > 0.0);
     drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -140,7 +161,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
     let gradients = n * spec.stop.sim_time_s / step_s;
     let events = gradients * (1.0 + 2.0 * messages_per_gradient(spec)) + spec.stop.sim_time_s / spec.eval.every_s;
     Estimate {
-        bytes: replicas + schedules + sent + engine + data + 64e6,
+        bytes: replicas + schedules + sent + in_flight + engine + data + 64e6,
         params,
         ranks,
         drivers,
@@ -149,12 +170,75 @@ pub fn estimate(spec: &Spec) -> Estimate {
     }
 }
 
-/// Bytes of memory available to a new process (`MemAvailable`), where the system says.
+/// Bytes of memory available to a new process (`MemAvailable`, and no more than its address-space
+/// limit, `ulimit -v`), where the system says.
 pub fn available_memory() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024.0)
+    Some(address_space_limit().map_or(kib * 1024.0, |l| (kib * 1024.0).min(l as f64)))
+}
+
+/// The process's address-space limit (`ulimit -v`), bytes, if it has one.
+pub fn address_space_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let (soft, _) = getrlimit(Resource::RLIMIT_AS).ok()?;
+    (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft)
+}
+
+/// Sets the process's memory budget ([`dsgd_runtime::budget`]) for runs of `spec` (its estimate
+/// × 4, or + 2 GiB if more; `None`: the machine's memory only, for sweeps and replays) and
+/// returns it. A run that outgrows it stops with what grew. Never above 90% of the memory
+/// available with what the process holds already, nor within 256 MiB of an address-space limit;
+/// `DSGD_MEMORY_BUDGET_MB` sets it by hand.
+pub fn set_budget(spec: Option<&Spec>) -> Option<Budget> {
+    let budget = budget_for(spec.map(estimate).as_ref());
+    dsgd_runtime::budget::set(budget.clone());
+    budget
+}
+
+fn budget_for(estimate: Option<&Estimate>) -> Option<Budget> {
+    let held = dsgd_runtime::budget::held().map_or(0.0, |h| h.0 as f64);
+    let address_space = address_space_limit().map(|l| l.saturating_sub(256 << 20));
+    if let Some(mb) = std::env::var("DSGD_MEMORY_BUDGET_MB").ok().and_then(|v| v.parse::<u64>().ok()) {
+        let why = "DSGD_MEMORY_BUDGET_MB".to_string();
+        return Some(Budget { resident: mb << 20, address_space, why });
+    }
+    let machine = available_memory().map(|a| 0.9 * (a + held));
+    let spec = estimate.map(|e| {
+        let b = (4.0 * e.bytes).max(e.bytes + 2.0 * 1024f64.powi(3));
+        (b, format!("the spec's estimate of {} with room to spare; --force lifts it", human(e.bytes)))
+    });
+    let (resident, why) = match (spec, machine) {
+        (Some(s), Some(m)) if s.0 < m => s,
+        (_, Some(m)) => (m, "90% of the memory this machine has available".to_string()),
+        (Some(s), None) => s,
+        (None, None) => return None,
+    };
+    Some(Budget { resident: resident as u64, address_space, why })
+}
+
+/// What `dsgd check` warns about: a node that sends faster than its NIC's bandwidth, so that its
+/// messages pile up for as long as the run goes (push-sum gossip without `max_in_flight`).
+pub fn send_rate_warnings(spec: &Spec) -> Vec<String> {
+    let AlgorithmConfig::Gossip(c) = &spec.algorithm else { return Vec::new() };
+    if c.mode != dsgd_runtime::protocols::gossip::GossipMode::Push || c.max_in_flight.is_some() {
+        return Vec::new();
+    }
+    let bits = 32.0 * wire_params(&spec.workload);
+    let every_s = c.tau as f64 * spec.compute.step_time_ms / 1e3;
+    let rate_gbps = bits / every_s / 1e9;
+    if rate_gbps <= spec.network.bandwidth_gbps {
+        return Vec::new();
+    }
+    vec![format!(
+        "each node pushes {:.1} MB every {:.3} ms ({rate_gbps:.1} Gb/s) through a {} Gb/s NIC: its messages pile up for \
+         as long as the run goes, until the run outgrows its memory. Set algorithm.max_in_flight (e.g. 2) to push \
+         only when the last pushes have gone, or lengthen compute.step_time_ms or algorithm.tau",
+        bits / 8e6,
+        every_s * 1e3,
+        spec.network.bandwidth_gbps
+    )]
 }
 
 /// Bytes as text (MiB or GiB).
@@ -215,6 +299,22 @@ mod tests {
             r#"{"nodes": 8, "algorithm": {"kind": "gossip"}, "compute": {"step_time_ms": 100}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
         ));
         assert_eq!(gossip.events, 800.0 * (1.0 + 2.0 * 2.0) + 10.0);
+    }
+
+    #[test]
+    fn a_parameter_servers_messages_in_flight_are_counted() {
+        // 256 workers with a pull or a push in flight with each of 100,000 shards.
+        let e = estimate(&spec(
+            r#"{"nodes": 256, "algorithm": {"kind": "async_ps", "shards": 100000},
+            "workload": {"kind": "timing", "params": 1000000}}"#,
+        ));
+        assert_eq!(e.drivers[0].1, 256.0 * 100_000.0 * 2.0 * EVENT_BYTES, "{:?}", e.drivers);
+        // Push-sum through a NIC slower than its pushes is warned about, unless flow-controlled.
+        let push = r#"{"nodes": 4, "algorithm": {"kind": "gossip", "mode": "push"},
+            "workload": {"kind": "quadratic", "dim": 1000000}, "compute": {"step_time_ms": 1}}"#;
+        assert_eq!(send_rate_warnings(&spec(push)).len(), 1, "32 Mb a millisecond through 10 Gb/s");
+        let flow = push.replace(r#""push"}"#, r#""push", "max_in_flight": 2}"#);
+        assert!(send_rate_warnings(&spec(&flow)).is_empty());
     }
 
     #[test]

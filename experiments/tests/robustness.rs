@@ -102,6 +102,33 @@ fn a_spec_too_large_for_this_machine_is_refused_with_its_estimate() {
 }
 
 #[test]
+fn a_run_that_outgrows_its_memory_stops_naming_the_nic_that_holds_it_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Push-sum every nanosecond through 10 Gb/s NICs: each node's messages pile up without end.
+    let spec = r#"{"nodes": 16, "algorithm": {"kind": "gossip", "mode": "push", "peers": "exponential"},
+        "workload": {"kind": "quadratic", "dim": 100}, "batch": 16, "optimizer": {"lr": 0.5},
+        "compute": {"step_time_ms": 1e-06}, "stop": {"sim_time_s": 2}, "eval": {"every_s": 0.5}}"#;
+    std::fs::write(dir.path().join("push.json"), spec).unwrap();
+    let o = dsgd(dir.path(), &["check", "push.json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: each node pushes") && text(&o).contains("max_in_flight"), "{}", text(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir.path())
+        .env("DSGD_MEMORY_BUDGET_MB", "200")
+        .args(["run", "push.json", "--out", "r"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let msg = text(&o);
+    assert!(msg.contains("over its budget of 200 MB (DSGD_MEMORY_BUDGET_MB)"), "{msg}");
+    assert!(msg.contains("NIC holds") && msg.contains("sends faster than its bandwidth allows"), "{msg}");
+    assert!(!dir.path().join("r").exists(), "nothing half-done is written");
+    // The same run with flow control stays small and finishes.
+    let o = dsgd(dir.path(), &["check", "push.json", "--set", "algorithm.max_in_flight=2"]);
+    assert!(!text(&o).contains("warning"), "{}", text(&o));
+}
+
+#[test]
 fn half_written_folders_of_dead_processes_are_removed_at_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");

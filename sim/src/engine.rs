@@ -8,6 +8,7 @@
 //! are ordered by `(time, sequence number)`; everything random comes from named streams of the
 //! root seed; so the same configuration always yields the same occurrences and the same digest.
 
+use crate::backlog::{Backlog, SenderBacklog};
 use crate::compute::{ComputeConfig, ComputeModel};
 use crate::digest::Digest;
 use crate::error::{Result, SimError};
@@ -19,6 +20,7 @@ use crate::time::{SimDuration, SimTime};
 use crate::trace::{EventKind, Trace, TraceRecord};
 use rand::Rng;
 use rand_distr::{Distribution, Exp};
+use std::collections::BTreeMap;
 
 /// The peer recorded for an event that involves one node only.
 const NO_PEER: u32 = u32::MAX;
@@ -342,6 +344,31 @@ impl<M> Sim<M> {
     /// The run's counters.
     pub fn stats(&self) -> SimStats {
         self.stats
+    }
+
+    /// What the engine holds now: pending events, and messages in flight by sender.
+    pub fn backlog(&self) -> Backlog {
+        let mut per_sender: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        let mut b = Backlog { events: self.queue.len(), ..Backlog::default() };
+        for (_, ev) in self.queue.pending() {
+            if let Ev::Hop(tr) | Ev::Deliver(tr) | Ev::Received(tr) | Ev::Resend(tr) = ev {
+                b.messages += 1;
+                b.wire_bytes += tr.bytes;
+                let e = per_sender.entry(tr.from).or_default();
+                e.0 += 1;
+                e.1 += tr.bytes;
+            }
+        }
+        let now = self.now();
+        b.worst = per_sender.into_iter().max_by_key(|&(node, (m, _))| (m, std::cmp::Reverse(node))).map(
+            |(node, (messages, wire_bytes))| SenderBacklog {
+                node: node as usize,
+                messages,
+                wire_bytes,
+                booked: self.net.link(crate::net::egress(node as usize)).free_at.saturating_since(now),
+            },
+        );
+        b
     }
     /// The recorded trace (if tracing is on).
     pub fn trace(&self) -> Option<&Trace> {

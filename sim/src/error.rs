@@ -68,12 +68,36 @@ pub enum SimError {
         /// Events processed at it.
         events: u64,
     },
+    /// The run holds more memory than it may (see the runtime's memory budget): stopped before
+    /// the machine runs out, with what it holds and why it grew. (Boxed: every `Result` of the
+    /// engine's hot path carries this enum, so it stays small.)
+    #[error(transparent)]
+    OverBudget(Box<OverBudget>),
     /// The run was asked to stop (an interrupt, or a time bound) before it finished.
     #[error("the run was interrupted at simulated time {at}")]
     Interrupted {
         /// Simulated time when it stopped.
         at: SimTime,
     },
+}
+
+/// A run stopped for holding more memory than its budget ([`SimError::OverBudget`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the run was stopped at simulated time {at}: it holds {held_mb} MB of memory, over its budget of {budget_mb} MB \
+     ({why}); {cause}"
+)]
+pub struct OverBudget {
+    /// Simulated time when it stopped.
+    pub at: SimTime,
+    /// Memory held, MB.
+    pub held_mb: u64,
+    /// The budget, MB.
+    pub budget_mb: u64,
+    /// Where the budget comes from (the spec's estimate, the machine's memory, a variable).
+    pub why: String,
+    /// What grew (the engine's backlog, in words).
+    pub cause: String,
 }
 
 /// Events in a row at one instant after which a run is [`SimError::Stalled`]: far more than any

@@ -10,6 +10,7 @@
 //! validation with relative paths). The engine knows nothing about SGD: [`Sim`] is driven by a caller that owns the
 //! nodes' behaviour.
 
+pub mod backlog;
 pub mod compute;
 pub mod digest;
 pub mod engine;
@@ -23,6 +24,7 @@ pub mod spec;
 pub mod time;
 pub mod trace;
 
+pub use backlog::{Backlog, SenderBacklog};
 pub use compute::{ComputeConfig, Jitter, Slowdown};
 pub use digest::Digest;
 pub use engine::{JobId, Occurrence, Sim, SimConfig, SimStats, TimerId};

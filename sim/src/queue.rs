@@ -86,6 +86,10 @@ impl<E> EventQueue<E> {
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
+    /// The pending events, in no particular order (for diagnostics: what a run holds).
+    pub fn pending(&self) -> impl Iterator<Item = (SimTime, &E)> {
+        self.slots.iter().filter_map(|s| s.payload.as_ref().map(|p| (s.at, p)))
+    }
     /// Schedules `payload` at `at`; errors if `at` is before now.
     pub fn schedule(&mut self, at: SimTime, payload: E) -> Result<EventKey> {
         if at < self.now {

@@ -268,3 +268,22 @@ fn the_engine_matches_a_plain_event_per_hop_reference_under_random_traffic() {
         assert!(sim.stats().events < 2 * 2_000 + 2_000 * if case == 0 { 1 } else { 3 }, "shortcut never taken");
     }
 }
+
+#[test]
+fn the_backlog_names_the_sender_whose_nic_holds_the_most() {
+    let mut sim = cluster(3, flat());
+    for k in 0..5 {
+        sim.send(0, 1, S, k).unwrap();
+    }
+    sim.send(2, 1, S, 9).unwrap();
+    let b = sim.backlog();
+    assert_eq!((b.messages, b.wire_bytes), (6, 6 * S));
+    let w = b.worst.clone().expect("a sender");
+    assert_eq!((w.node, w.messages, w.wire_bytes), (0, 5, 5 * S));
+    // Node 0's egress is booked for its five megabytes: five serialisation times ahead.
+    assert_eq!(w.booked, SimDuration(5 * sb().as_nanos()));
+    assert!(b.describe().contains("node 0's NIC holds 5 messages"), "{}", b.describe());
+    // Delivered messages are no longer held.
+    let _ = deliveries(&mut sim);
+    assert_eq!(sim.backlog().messages, 0);
+}

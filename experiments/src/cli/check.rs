@@ -106,6 +106,10 @@ fn check_spec(path: &Path, sets: &[String], out: Out) -> anyhow::Result<ExitCode
             ""
         }
     );
+    let warnings = bounds::send_rate_warnings(&spec);
+    for w in &warnings {
+        say!(out, "warning: {w}");
+    }
     let drivers: Vec<serde_json::Value> =
         est.drivers.iter().map(|(f, b)| serde_json::json!({"what": f, "bytes": b})).collect();
     out.json(&serde_json::json!({
@@ -113,6 +117,7 @@ fn check_spec(path: &Path, sets: &[String], out: Out) -> anyhow::Result<ExitCode
         "spec": resolved,
         "estimate": {"bytes": est.bytes, "ranks": est.ranks, "params": est.params, "drivers": drivers,
                      "available_bytes": avail, "events": est.events, "wall_s": est.wall_s},
+        "warnings": warnings,
     }));
     Ok(ExitCode::SUCCESS)
 }

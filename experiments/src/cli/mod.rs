@@ -127,11 +127,16 @@ pub fn main() -> ExitCode {
             ExitCode::from(130)
         }
         Err(e) => {
+            // A run stopped for outgrowing its memory has a code of its own.
+            let over = matches!(
+                e.downcast_ref::<dsgd_experiments::Error>(),
+                Some(dsgd_experiments::Error::Sim(dsgd_sim::SimError::OverBudget(_)))
+            );
             // The whole chain: a library error and the context the command added to it.
             let e = format!("{e:#}");
             out.json(&serde_json::json!({"error": e}));
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(if over { OVER_BUDGET } else { 2 })
         }
     }
 }
@@ -140,6 +145,9 @@ pub fn main() -> ExitCode {
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+/// The exit code of a run stopped because it outgrew its memory budget (see `dsgd_runtime::budget`).
+pub const OVER_BUDGET: u8 = 3;
 
 /// The algorithms a benchmark was given, or all it knows when given none.
 fn given_or_all(given: Vec<String>, all: &[&str]) -> Vec<String> {

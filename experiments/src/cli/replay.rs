@@ -24,6 +24,7 @@ pub struct Args {
 /// Replays every run in the folder; exit 0 only if all are identical.
 pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let runs = sweep::collect_runs(&a.dir)?;
+    dsgd_experiments::bounds::set_budget(None);
     let mut verdicts = Vec::new();
     for r in &runs {
         verdicts.push(replay_one(r, out)?);

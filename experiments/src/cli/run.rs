@@ -65,6 +65,7 @@ fn run_one(
     if !force {
         dsgd_experiments::bounds::check_memory(&spec).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     }
+    dsgd_experiments::bounds::set_budget((!force).then_some(&spec));
     let dest = dest.unwrap_or_else(|| fresh_dir(&Path::new("runs").join(&spec.name)));
     if dest.exists() {
         return Err(anyhow!("{} already exists; choose another --out (nothing was run)", dest.display()));
@@ -123,6 +124,7 @@ fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) ->
         load::set_spec_path(&mut sweep_spec.base, &k, v)?;
     }
     let points = sweep::expand("<embedded default>", &sweep_spec.base, &sweep_spec.grid)?;
+    dsgd_experiments::bounds::set_budget(None);
     let dest = dest.unwrap_or_else(|| fresh_dir(Path::new("runs/default")));
     say!(
         out,

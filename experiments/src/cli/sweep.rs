@@ -46,6 +46,7 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
             })?;
         }
     }
+    dsgd_experiments::bounds::set_budget(None);
     if let Some(code) = super::mpi::sweep(&spec, &points, dest, jobs, draw, a.rerun_changed, out)? {
         return Ok(code);
     }

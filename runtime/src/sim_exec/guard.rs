@@ -1,22 +1,56 @@
-//! Stops a simulated run that is interrupted (Ctrl-C, checked every 4,096 events) or whose time
-//! cannot advance ([`dsgd_sim::STALL_EVENTS`] events at one instant).
+//! Stops a simulated run that is interrupted (Ctrl-C), that outgrows the process's memory budget
+//! ([`crate::budget`]), or whose time cannot advance ([`dsgd_sim::STALL_EVENTS`] events at one
+//! instant).
+//!
+//! The interrupt and the budget are checked every few thousand events, and more often while
+//! memory grows fast toward the budget (events that carry real gradients can hold a megabyte
+//! each), so a run stops before it holds more than its budget by much.
 
-use dsgd_sim::{SimError, SimTime};
+use crate::budget;
+use dsgd_sim::{Sim, SimError, SimTime};
+
+/// Events between checks when memory is steady, and at the least (when it grows fast).
+const CALM: u64 = 16_384;
+const HURRIED: u64 = 16;
 
 /// Counts the events handled, and those at the current instant.
-#[derive(Default)]
 pub(super) struct Guard {
     instant: SimTime,
     at_instant: u64,
     handled: u64,
+    next_check: u64,
+    interval: u64,
+    /// What the process held at the last check (the measure nearest its limit).
+    last_held: u64,
+    /// The budget when the run started, and the meter that reads what the process holds (both
+    /// taken at the first check).
+    budget: Option<Option<(budget::Budget, budget::Meter)>>,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        // The first checks come soon: a run's first events can already hold a lot (every node's
+        // first message), and the interval doubles while memory is steady.
+        Guard {
+            instant: SimTime::ZERO,
+            at_instant: 0,
+            handled: 0,
+            next_check: HURRIED,
+            interval: HURRIED,
+            last_held: 0,
+            budget: None,
+        }
+    }
 }
 
 impl Guard {
-    /// Called for each event handled at `now`: an error if the run was interrupted or stalls.
-    pub fn check(&mut self, now: SimTime) -> Result<(), SimError> {
+    /// Called for each event handled at `now`: an error if the run was interrupted, holds more
+    /// than its budget, or stalls.
+    #[inline]
+    pub fn check<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
         self.handled += 1;
-        if self.handled & 0xFFF == 0 && crate::cancel::requested() {
-            return Err(SimError::Interrupted { at: now });
+        if self.handled >= self.next_check {
+            self.every_while(now, sim)?;
         }
         if now == self.instant {
             self.at_instant += 1;
@@ -27,5 +61,60 @@ impl Guard {
             (self.instant, self.at_instant) = (now, 1);
         }
         Ok(())
+    }
+
+    /// The checks made every `interval` events: the interrupt and the budget (out of the way of
+    /// the per-event path).
+    #[cold]
+    #[inline(never)]
+    fn every_while<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
+        if crate::cancel::requested() {
+            return Err(SimError::Interrupted { at: now });
+        }
+        self.check_memory(now, sim)?;
+        self.next_check = self.handled + self.interval;
+        Ok(())
+    }
+
+    /// Checks the budget, and checks sooner next time if memory grew by much of what is left.
+    fn check_memory<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
+        let watch = self.budget.get_or_insert_with(|| budget::get().zip(budget::Meter::open()));
+        let Some((b, meter)) = watch else {
+            self.interval = CALM; // no budget: only the interrupt is checked
+            return Ok(());
+        };
+        let Some(held) = meter.held() else { return Ok(()) };
+        over_budget(now, sim, b, held)?;
+        let (used, limit) = b.nearest(held);
+        let (left, grew) = (limit.saturating_sub(used), used.saturating_sub(self.last_held));
+        self.interval = if grew.saturating_mul(8) > left {
+            (self.interval / 4).max(HURRIED)
+        } else if grew.saturating_mul(64) < left {
+            (self.interval * 2).min(CALM)
+        } else {
+            self.interval
+        };
+        self.last_held = used;
+        Ok(())
+    }
+}
+
+/// An error naming what the run holds and why it grew, if `held` is over the budget `b`.
+fn over_budget<M>(now: SimTime, sim: &Sim<M>, b: &budget::Budget, held: (u64, u64)) -> Result<(), SimError> {
+    let Some((held, limit)) = b.exceeded(held) else { return Ok(()) };
+    Err(SimError::OverBudget(Box::new(dsgd_sim::error::OverBudget {
+        at: now,
+        held_mb: held >> 20,
+        budget_mb: limit >> 20,
+        why: b.why.clone(),
+        cause: sim.backlog().describe(),
+    })))
+}
+
+/// [`over_budget`] against the process's budget now (after an evaluation, say).
+pub(super) fn over_budget_now<M>(now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
+    match (budget::get(), budget::held()) {
+        (Some(b), Some(held)) => over_budget(now, sim, &b, held),
+        _ => Ok(()),
     }
 }

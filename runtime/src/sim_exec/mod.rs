@@ -231,7 +231,7 @@ impl<P: Protocol> SimExecutor<P> {
         let mut guard = Guard::default();
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
-                guard.check(now)?;
+                guard.check(now, &self.sim)?;
                 self.dispatch(occ);
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
@@ -255,6 +255,7 @@ impl<P: Protocol> SimExecutor<P> {
             }
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
             let (sample, _) = self.evaluate(self.train.eval.per_node);
+            guard::over_budget_now(next_eval, &self.sim)?;
             let hit = stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {
