@@ -65,7 +65,7 @@ pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf> {
     }
     if let Some(trace) = &out.result.trace {
         let mut buf = Vec::new();
-        trace.write_chrome(spec.ranks(), &mut buf)?;
+        trace.write_chrome(&spec.algorithm.role_names(spec.nodes), &mut buf)?;
         stage.write("trace.json", &buf).map_err(io)?;
     }
     stage.commit().map_err(io)

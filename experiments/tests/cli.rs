@@ -150,7 +150,14 @@ fn trace_is_written_on_request() {
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("t/trace.json")).unwrap()).unwrap();
-    assert!(v["traceEvents"].as_array().unwrap().len() > 100);
+    let evs = v["traceEvents"].as_array().unwrap();
+    assert!(evs.len() > 100);
+    // Tracks named by role, flow arrows, and the cluster's counters.
+    let tracks: Vec<&str> =
+        evs.iter().filter(|e| e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    assert!(tracks.contains(&"worker 0"), "{tracks:?}");
+    assert!(evs.iter().any(|e| e["ph"] == "s") && evs.iter().any(|e| e["ph"] == "f"));
+    assert!(evs.iter().any(|e| e["name"] == "live ranks") && evs.iter().any(|e| e["name"] == "bytes in flight"));
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("t/spec.json")).unwrap()).unwrap();
     assert_eq!(spec["stop"]["sim_time_s"], 3.0, "the resolved spec records the override");

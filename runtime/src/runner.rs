@@ -58,6 +58,17 @@ impl AlgorithmConfig {
         }
     }
 
+    /// Each rank's role in words (`worker 3`, `shard 1`, `centre`), for traces.
+    pub fn role_names(&self, workers: usize) -> Vec<String> {
+        let mut names: Vec<String> = (0..workers).map(|w| format!("worker {w}")).collect();
+        match self {
+            AlgorithmConfig::AsyncPs(c) => names.extend((0..c.shards).map(|s| format!("shard {s}"))),
+            AlgorithmConfig::Easgd(_) => names.push("centre".into()),
+            _ => {}
+        }
+        names
+    }
+
     /// Checks ranges against `workers`, and that the hierarchical collectives have groups (set, or
     /// the racks of `net`); the error's path is relative to the algorithm.
     pub fn validate(&self, workers: usize, net: &NetworkConfig) -> Result<(), ConfigError> {

@@ -11,6 +11,7 @@
 //! nodes' behaviour.
 
 pub mod backlog;
+pub mod chrome;
 pub mod compute;
 pub mod digest;
 pub mod engine;

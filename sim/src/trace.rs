@@ -1,9 +1,7 @@
-//! The event trace: what happened, when, on which node; exportable as Chrome trace-event JSON
-//! (open it in Perfetto or `chrome://tracing`), one track per node.
+//! The event trace: what happened, when, on which node; exported as Chrome trace-event JSON by
+//! [`crate::chrome`] (open it in Perfetto or `chrome://tracing`).
 
-use crate::time::{SimDuration, SimTime};
-use serde_json::{json, Value};
-use std::io::Write;
+use crate::time::SimTime;
 
 /// What a trace record (and a digest entry) describes. The numeric codes are part of the digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,7 +34,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             EventKind::Timer => "timer",
             EventKind::Compute => "compute",
@@ -76,44 +74,4 @@ pub struct TraceRecord {
 pub struct Trace {
     /// The records in processing order.
     pub records: Vec<TraceRecord>,
-}
-
-fn micros(t: SimTime) -> f64 {
-    t.as_nanos() as f64 / 1e3
-}
-
-impl Trace {
-    /// The trace as a Chrome trace-event JSON value, one thread (track) per node.
-    pub fn to_chrome_json(&self, nodes: usize) -> Value {
-        let mut events: Vec<Value> = (0..nodes)
-            .map(|n| json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": n, "args": {"name": format!("node {n}")}}))
-            .collect();
-        for r in &self.records {
-            if r.kind == EventKind::NetHop {
-                continue;
-            }
-            let mut args = serde_json::Map::new();
-            if r.peer != u32::MAX {
-                args.insert("peer".into(), json!(r.peer));
-            }
-            if r.bytes > 0 {
-                args.insert("bytes".into(), json!(r.bytes));
-            }
-            let dur: SimDuration = r.at - r.start;
-            let ev = if matches!(r.kind, EventKind::Compute | EventKind::Deliver) {
-                json!({"ph": "X", "name": r.kind.label(), "pid": 0, "tid": r.node,
-                       "ts": micros(r.start), "dur": dur.as_nanos() as f64 / 1e3, "args": args})
-            } else {
-                json!({"ph": "i", "s": "t", "name": r.kind.label(), "pid": 0, "tid": r.node,
-                       "ts": micros(r.at), "args": args})
-            };
-            events.push(ev);
-        }
-        json!({"traceEvents": events, "displayTimeUnit": "ms"})
-    }
-
-    /// Writes the Chrome trace-event JSON to `w`.
-    pub fn write_chrome<W: Write>(&self, nodes: usize, w: W) -> crate::Result<()> {
-        serde_json::to_writer(w, &self.to_chrome_json(nodes)).map_err(|e| crate::SimError::Trace(e.to_string()))
-    }
 }

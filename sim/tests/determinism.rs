@@ -116,17 +116,64 @@ fn the_trace_exports_as_chrome_json_with_one_track_per_node() {
     let sim = workload(4, 6, true);
     let trace = sim.trace().expect("tracing on");
     let mut buf = Vec::new();
-    trace.write_chrome(6, &mut buf).unwrap();
+    trace.write_chrome(&dsgd_sim::chrome::node_names(6), &mut buf).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
     let evs = v["traceEvents"].as_array().unwrap();
-    let names: Vec<_> =
-        evs.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<_> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(names, (0..6).map(|n| format!("node {n}")).collect::<Vec<_>>());
-    let computes = evs.iter().filter(|e| e["name"] == "compute").count();
-    let messages = evs.iter().filter(|e| e["name"] == "message").count();
+    let spans = |name: &str| evs.iter().filter(|e| e["ph"] == "X" && e["name"] == name).count();
+    let (computes, messages) = (spans("compute"), spans("message"));
     assert!(computes > 100 && messages > 100, "{computes} {messages}");
     assert!(evs.iter().any(|e| e["name"] == "crash"));
     assert!(evs.iter().filter(|e| e["ph"] == "X").all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+    // The live-ranks counter drops at the crash.
+    let live: Vec<f64> =
+        evs.iter().filter(|e| e["name"] == "live ranks").map(|e| e["args"]["ranks"].as_f64().unwrap()).collect();
+    assert_eq!(live[0], 6.0);
+    assert!(live.contains(&5.0), "{live:?}");
+}
+
+#[test]
+fn every_flow_runs_from_a_send_to_the_receive_at_its_arrival_time() {
+    let sim = workload(4, 6, true);
+    let trace = sim.trace().expect("tracing on");
+    let v = trace.to_chrome_json(&dsgd_sim::chrome::node_names(6));
+    let evs = v["traceEvents"].as_array().unwrap();
+    // Every delivery of the engine, as (sender, send time, receiver, arrival time) in microseconds.
+    let us = |t: SimTime| t.as_nanos() as f64 / 1e3;
+    let deliveries: Vec<(u64, f64, u64, f64)> = trace
+        .records
+        .iter()
+        .filter(|r| r.kind == dsgd_sim::EventKind::Deliver)
+        .map(|r| (r.peer as u64, us(r.start), r.node as u64, us(r.at)))
+        .collect();
+    let ends = |ph: &str| -> std::collections::BTreeMap<u64, (u64, f64)> {
+        evs.iter()
+            .filter(|e| e["ph"] == ph)
+            .map(|e| (e["id"].as_u64().unwrap(), (e["tid"].as_u64().unwrap(), e["ts"].as_f64().unwrap())))
+            .collect()
+    };
+    let (starts, finishes) = (ends("s"), ends("f"));
+    assert_eq!(starts.len(), deliveries.len(), "one flow per delivered message");
+    assert_eq!(finishes.len(), deliveries.len());
+    for (id, (from, sent)) in &starts {
+        let (to, arrived) = finishes[id];
+        assert!(
+            deliveries.contains(&(*from, *sent, to, arrived)),
+            "flow {id}: {from}@{sent} -> {to}@{arrived} is not a delivery"
+        );
+        // The receive end sits on a receive mark at the arrival time.
+        assert!(evs.iter().any(|e| e["name"] == "receive" && e["tid"] == to && e["ts"].as_f64() == Some(arrived)));
+    }
+    // Each rank's NIC counter returns to what it holds at the end, never below zero.
+    assert!(evs
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["pid"] == 1)
+        .all(|e| e["args"]["bytes"].as_f64().unwrap() >= 0.0));
 }
 
 #[test]
