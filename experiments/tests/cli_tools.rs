@@ -241,3 +241,45 @@ fn set_and_grid_keys_reach_into_defaulted_objects() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(stdout_json(&o)["runs"], 3);
 }
+
+/// Runs the GPU check script with `path` first on PATH and `dsgd` as its binary.
+fn gpu_check(dir: &std::path::Path, path: &std::path::Path) -> Output {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu_check.sh");
+    std::process::Command::new("bash")
+        .arg(script)
+        .env("PATH", format!("{}:{}", path.display(), std::env::var("PATH").unwrap_or_default()))
+        .env("DSGD_BIN", env!("CARGO_BIN_EXE_dsgd"))
+        .env("OUT", dir.join("out"))
+        .output()
+        .expect("bash runs")
+}
+
+#[test]
+fn the_gpu_check_refuses_clearly_without_a_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("bin");
+    std::fs::create_dir(&fake).unwrap();
+    let nvidia_smi = fake.join("nvidia-smi");
+    // A driver tool that finds no GPU.
+    std::fs::write(&nvidia_smi, "#!/bin/sh\nexit 9\n").unwrap();
+    std::fs::set_permissions(&nvidia_smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = gpu_check(dir.path(), &fake);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("nvidia-smi finds no GPU"), "{}", text(&o));
+    // One that finds a GPU, with a binary built without CUDA (as this test's is): refused with the
+    // binary's own words, before anything is measured.
+    std::fs::write(&nvidia_smi, "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n").unwrap();
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let o = gpu_check(dir.path(), &fake);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("cannot compute on the GPU") && text(&o).contains("without CUDA"), "{}", text(&o));
+    assert!(!dir.path().join("out/gpu_check.json").exists());
+    // And no driver tool at all, where this machine has none.
+    if std::process::Command::new("nvidia-smi").output().is_err() {
+        let o = gpu_check(dir.path(), &dir.path().join("nothing"));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(text(&o).contains("no NVIDIA GPU here"), "{}", text(&o));
+    }
+}
