@@ -22,6 +22,19 @@ use rand::Rng;
 use rand_distr::{Distribution, Exp};
 use std::collections::BTreeMap;
 
+// The errors of the per-message checks, built out of the hot path.
+#[cold]
+#[inline(never)]
+fn unknown_node(node: usize, nodes: usize) -> SimError {
+    SimError::UnknownNode { node, nodes }
+}
+
+#[cold]
+#[inline(never)]
+fn node_down(node: usize, now: SimTime) -> SimError {
+    SimError::NodeDown { node, now }
+}
+
 /// The peer recorded for an event that involves one node only.
 const NO_PEER: u32 = u32::MAX;
 
@@ -292,20 +305,22 @@ impl<M> Sim<M> {
         self.queue.schedule(at, ev)
     }
 
+    #[inline]
     fn check_node(&self, node: usize) -> Result<()> {
         if node < self.nodes.len() {
             Ok(())
         } else {
-            Err(SimError::UnknownNode { node, nodes: self.nodes.len() })
+            Err(unknown_node(node, self.nodes.len()))
         }
     }
 
+    #[inline]
     fn check_up(&self, node: usize) -> Result<()> {
         self.check_node(node)?;
         if self.nodes[node].up {
             Ok(())
         } else {
-            Err(SimError::NodeDown { node, now: self.now() })
+            Err(node_down(node, self.now()))
         }
     }
 
