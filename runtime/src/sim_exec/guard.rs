@@ -2,9 +2,9 @@
 //! ([`crate::budget`]), or whose time cannot advance ([`dsgd_sim::STALL_EVENTS`] events at one
 //! instant).
 //!
-//! The interrupt and the budget are checked every few thousand events, and more often while
-//! memory grows fast toward the budget (events that carry real gradients can hold a megabyte
-//! each), so a run stops before it holds more than its budget by much.
+//! The interrupt and the budget are checked every 16,384 events while memory is steady, and as
+//! often as every 16 while it grows fast toward the budget (events that carry real gradients can
+//! hold a megabyte each), so a run stops before it holds more than its budget by much.
 
 use crate::budget;
 use dsgd_sim::{Sim, SimError, SimTime};
