@@ -76,16 +76,31 @@ impl Guard {
         Ok(())
     }
 
+    /// The budget and the meter, taken once (at the first check) and kept for the run.
+    fn watch(&mut self) -> Option<&(budget::Budget, budget::Meter)> {
+        self.budget.get_or_insert_with(|| budget::get().zip(budget::Meter::open())).as_ref()
+    }
+
+    /// What the process holds against its budget: an error if it is over; `None` without a
+    /// budget (or a meter), else the held measure nearest its limit, and that limit.
+    fn measure<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<Option<(u64, u64)>, SimError> {
+        let Some((b, meter)) = self.watch() else { return Ok(None) };
+        let Some(held) = meter.held() else { return Ok(Some((0, u64::MAX))) };
+        over_budget(now, sim, b, held)?;
+        Ok(Some(b.nearest(held)))
+    }
+
+    /// Checks the budget now (after an evaluation, which can take much at once).
+    pub fn check_now<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
+        self.measure(now, sim).map(|_| ())
+    }
+
     /// Checks the budget, and checks sooner next time if memory grew by much of what is left.
     fn check_memory<M>(&mut self, now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
-        let watch = self.budget.get_or_insert_with(|| budget::get().zip(budget::Meter::open()));
-        let Some((b, meter)) = watch else {
+        let Some((used, limit)) = self.measure(now, sim)? else {
             self.interval = CALM; // no budget: only the interrupt is checked
             return Ok(());
         };
-        let Some(held) = meter.held() else { return Ok(()) };
-        over_budget(now, sim, b, held)?;
-        let (used, limit) = b.nearest(held);
         let (left, grew) = (limit.saturating_sub(used), used.saturating_sub(self.last_held));
         self.interval = if grew.saturating_mul(8) > left {
             (self.interval / 4).max(HURRIED)
@@ -109,12 +124,4 @@ fn over_budget<M>(now: SimTime, sim: &Sim<M>, b: &budget::Budget, held: (u64, u6
         why: b.why.clone(),
         cause: sim.backlog().describe(),
     })))
-}
-
-/// [`over_budget`] against the process's budget now (after an evaluation, say).
-pub(super) fn over_budget_now<M>(now: SimTime, sim: &Sim<M>) -> Result<(), SimError> {
-    match (budget::get(), budget::held()) {
-        (Some(b), Some(held)) => over_budget(now, sim, &b, held),
-        _ => Ok(()),
-    }
 }

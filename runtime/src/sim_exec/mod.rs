@@ -255,7 +255,7 @@ impl<P: Protocol> SimExecutor<P> {
             }
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
             let (sample, _) = self.evaluate(self.train.eval.per_node);
-            guard::over_budget_now(next_eval, &self.sim)?;
+            guard.check_now(next_eval, &self.sim)?;
             let hit = stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {
