@@ -12,6 +12,7 @@
 use crate::spec::{Spec, WorkloadSpec};
 use dsgd_runtime::budget::Budget;
 use dsgd_runtime::collectives::CollectiveKind;
+use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::AlgorithmConfig;
 
 pub use dsgd_models::spec::MAX_PARAMS;
@@ -43,21 +44,34 @@ fn groups(spec: &Spec, c: &dsgd_runtime::protocols::sync::SyncConfig) -> (f64, f
     (g as f64, spec.nodes.div_ceil(g) as f64)
 }
 
+/// The buckets of a synchronous all-reduce (1 without `algorithm.buckets`): one per cap's worth
+/// of the message, and no more than the model's layers.
+fn buckets(spec: &Spec) -> f64 {
+    let AlgorithmConfig::Sync(SyncConfig { buckets: Some(b), .. }) = &spec.algorithm else { return 1.0 };
+    let bytes = 4.0 * wire_params(&spec.workload);
+    let mb = dsgd_runtime::protocols::sync::buckets::MB;
+    let by_size = 1.0 + ((bytes - b.first_mb * mb).max(0.0) / (b.cap_mb * mb)).ceil();
+    by_size.min(spec.workload.profile_layers() as f64).max(1.0)
+}
+
 /// Messages a worker's gradient causes, on average, under `spec`'s algorithm.
 fn messages_per_gradient(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
     match &spec.algorithm {
         AlgorithmConfig::Sync(c) if c.backup_workers > 0 => 2.0,
-        AlgorithmConfig::Sync(c) => match c.collective {
-            CollectiveKind::Ring => 2.0 * (n - 1.0),
-            CollectiveKind::Tree => 2.0,
-            CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
-            CollectiveKind::Hierarchical => {
-                let (g, r) = groups(spec, c);
-                2.0 * (g - 1.0) + 2.0 * (r - 1.0)
-            }
-            CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => n - 1.0,
-        },
+        AlgorithmConfig::Sync(c) => {
+            buckets(spec)
+                * match c.collective {
+                    CollectiveKind::Ring => 2.0 * (n - 1.0),
+                    CollectiveKind::Tree => 2.0,
+                    CollectiveKind::HalvingDoubling => 2.0 * n.log2().ceil() + 2.0,
+                    CollectiveKind::Hierarchical => {
+                        let (g, r) = groups(spec, c);
+                        2.0 * (g - 1.0) + 2.0 * (r - 1.0)
+                    }
+                    CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => n - 1.0,
+                }
+        }
         // A pull request and reply per shard, and a push per shard.
         AlgorithmConfig::AsyncPs(c) => 3.0 * c.shards as f64,
         // A request and a reply (or a push and its acknowledgement) every tau steps.
@@ -131,7 +145,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
                 // Computed on demand from the member's list of group starts (r + 1 words).
                 CollectiveKind::Hierarchical => (groups(spec, c).1 + 1.0) * 8.0,
             };
-            n * per_member
+            n * per_member * buckets(spec)
         }
         _ => 0.0,
     };

@@ -122,7 +122,7 @@ fn poll_receive(world: &SimpleCommunicator, out: &mut Outbox) -> Vec<u8> {
 
 /// The payload: one round of a ring all-reduce, as the executor encodes it.
 fn encode(data: Vec<f32>) -> Vec<u8> {
-    mpi_exec::encode(&SyncMsg::Chunk { view: 0, iter: 0, round: 0, data })
+    mpi_exec::encode(&SyncMsg::Chunk { view: 0, iter: 0, bucket: 0, round: 0, data })
 }
 
 fn decode(b: &[u8]) -> Vec<f32> {
@@ -178,7 +178,7 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
         }
         while !run.poll(&mut outgoing) {
             for o in outgoing.drain(..) {
-                let msg = SyncMsg::Chunk { view: 0, iter: it, round: o.round, data: o.data };
+                let msg = SyncMsg::Chunk { view: 0, iter: it, bucket: 0, round: o.round, data: o.data };
                 out.send(o.to as i32, TAG, mpi_exec::encode(&msg));
             }
             match mpi_exec::decode::<SyncMsg>(&poll_receive(world, &mut out)) {
@@ -190,7 +190,7 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
             }
         }
         for o in outgoing.drain(..) {
-            let msg = SyncMsg::Chunk { view: 0, iter: it, round: o.round, data: o.data };
+            let msg = SyncMsg::Chunk { view: 0, iter: it, bucket: 0, round: o.round, data: o.data };
             out.send(o.to as i32, TAG, mpi_exec::encode(&msg));
         }
         if it >= 2 {

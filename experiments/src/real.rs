@@ -9,6 +9,7 @@ use crate::{Error, Result};
 use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash, RealError};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
+use dsgd_runtime::protocols::sync::SyncConfig;
 use dsgd_runtime::runner::{with_roles, AlgorithmConfig, Drive};
 use dsgd_runtime::timing::Recording;
 use mpi::environment::Universe;
@@ -47,6 +48,16 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>> {
                      ring, tree, halving_doubling or hierarchical",
                     c.collective.name()
                 ),
+            ));
+        }
+    }
+    if let AlgorithmConfig::Sync(SyncConfig { buckets: Some(b), .. }) = &spec.algorithm {
+        if b.overlap {
+            return Err(refused(
+                "algorithm.buckets.overlap",
+                "a real run cannot see inside the backward pass, so its buckets are all-reduced after the whole \
+                 gradient; set overlap to false (the simulator models that exactly)"
+                    .to_string(),
             ));
         }
     }

@@ -205,6 +205,12 @@ fn faults_that_cannot_be_injected_for_real_are_refused() {
     assert!(!o.status.success());
     assert!(text(&o).contains("field `algorithm.update_time_us`: is 100; a real rank takes"), "{}", text(&o));
     assert!(!dir.path().join("r").exists());
+    // Nor buckets all-reduced while the backward pass runs: a real rank cannot see inside it.
+    let set = r#"algorithm={"kind":"sync","buckets":{"overlap":true}}"#;
+    let o = mpirun(dir.path(), 4, &["real", &spec, "--out", "r", "--set", set]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("field `algorithm.buckets.overlap`: a real run cannot see inside"), "{}", text(&o));
+    assert!(!dir.path().join("r").exists());
     // Nor a worker's modelled receive time.
     let o = mpirun(dir.path(), 4, &["real", &ps, "--out", "r", "--set", "compute.receive_time_us=50"]);
     assert!(!o.status.success());
@@ -261,27 +267,41 @@ fn calibration_writes_spec_parts() {
 
 #[test]
 fn the_simulator_and_the_mpi_executor_end_a_deterministic_sync_run_with_the_same_replicas() {
-    // Fixed 20 ms steps, no jitter, 15 iterations: both executors draw the same minibatches from
-    // the same named streams and sum the ring's chunks in the same order, so every rank's
-    // replica must end bit for bit the same in both (the loss of each is compared exactly).
+    // Fixed steps, no jitter, 15 iterations: both executors draw the same minibatches from the
+    // same named streams and sum the ring's chunks in the same order, so every rank's replica
+    // must end bit for bit the same in both (the loss of each is compared exactly). The MLP
+    // runs with a bucket per layer, all-reduced one after another after the gradient.
+    let buckets = r#"algorithm={"kind":"sync","buckets":{"cap_mb":1e-6,"first_mb":1e-6}}"#;
+    for (name, extra) in [("sync.json", None), ("sync_mlp.json", Some(buckets))] {
+        same_replicas(name, extra);
+    }
+}
+
+fn same_replicas(name: &str, extra: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
-    let spec = specs().join("sync.json").display().to_string();
-    let sets = ["--set", "stop.iterations=15", "--set", "stop.sim_time_s=100"];
+    let spec = specs().join(name).display().to_string();
+    let mut sets =
+        vec!["--set", "stop.iterations=15", "--set", "stop.sim_time_s=100", "--set", "stop.target_loss=null"];
+    if let Some(e) = extra {
+        sets.extend(["--set", e]);
+    }
     let sim = Command::new(env!("CARGO_BIN_EXE_dsgd"))
         .current_dir(dir.path())
         .args(["run", &spec, "--out", "sim"])
-        .args(sets)
+        .args(&sets)
         .output()
         .unwrap();
     assert!(sim.status.success(), "{}", text(&sim));
-    let o = mpirun(dir.path(), 4, &["real", &spec, "--out", "real", sets[0], sets[1], sets[2], sets[3]]);
+    let mut args = vec!["real", &spec, "--out", "real"];
+    args.extend(&sets);
+    let o = mpirun(dir.path(), 4, &args);
     assert!(o.status.success(), "{}", text(&o));
     let read = |d: &str| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(dir.path().join(d).join("summary.json")).unwrap()).unwrap()
     };
     let (s, r) = (read("sim"), read("real"));
     for key in ["stop_reason", "iterations", "updates", "gradients", "final_node_losses", "final_loss"] {
-        assert_eq!(s[key], r[key], "{key}: simulated {} against real {}", s[key], r[key]);
+        assert_eq!(s[key], r[key], "{name}, {key}: simulated {} against real {}", s[key], r[key]);
     }
     let losses = s["final_node_losses"].as_array().unwrap();
     assert_eq!(losses.len(), 4);

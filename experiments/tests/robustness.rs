@@ -45,6 +45,16 @@ const REFUSED: &[(&str, &str)] = &[
     // Push-sum's flow control: at least 1, and push mode only.
     (r#"{"algorithm":{"kind":"gossip","mode":"push","max_in_flight":0}}"#, "algorithm.max_in_flight"),
     (r#"{"algorithm":{"kind":"gossip","max_in_flight":1}}"#, "algorithm.max_in_flight"),
+    // Gradient buckets: positive caps, message-level all-reduce, synchronous SGD only.
+    (r#"{"algorithm":{"kind":"sync","buckets":{"cap_mb":0}}}"#, "algorithm.buckets.cap_mb"),
+    (r#"{"algorithm":{"kind":"sync","buckets":{"first_mb":-1}}}"#, "algorithm.buckets.first_mb"),
+    (r#"{"algorithm":{"kind":"sync","collective":"analytic","buckets":{}}}"#, "algorithm.buckets"),
+    (r#"{"nodes":4,"algorithm":{"kind":"sync","backup_workers":1,"buckets":{}}}"#, "algorithm.buckets"),
+    (r#"{"algorithm":{"kind":"gossip","buckets":{}}}"#, "algorithm.buckets"),
+    (r#"{"algorithm":{"kind":"sync","buckets":{"overlap":"yes"}}}"#, "algorithm.buckets"),
+    (r#"{"workload":{"kind":"timing","profile":"vgg"}}"#, "workload.profile"),
+    (r#"{"workload":{"kind":"timing","profile":[]}}"#, "workload.profile"),
+    (r#"{"workload":{"kind":"timing","profile":[{"params":0,"flops":1}]}}"#, "workload.profile[0].params"),
     // A name is not a path.
     (r#"{"name":"../../escape"}"#, "name"),
     (r#"{"name":"/tmp/abs"}"#, "name"),

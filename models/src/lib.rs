@@ -11,6 +11,7 @@
 //! - [`softmax::Softmax`]: multinomial logistic regression on a seeded Gaussian mixture.
 //! - [`wire::WireSized`]: any of these with the message size of another model.
 //! - [`nets`]: burn networks on Fashion-MNIST ([`fashion_mnist`], [`idx`]: the data).
+//! - [`profile`]: how a gradient becomes ready layer by layer (for overlapped all-reduce).
 //! - [`partition`]: how a labelled training set is split among workers (shards, labels, Dirichlet).
 //! - [`spec`]: the workload section of an experiment spec: defaults, checks, and the builder.
 
@@ -18,6 +19,7 @@ pub mod fashion_mnist;
 pub mod idx;
 pub mod nets;
 pub mod partition;
+pub mod profile;
 pub mod quadratic;
 pub mod softmax;
 pub mod spec;
@@ -83,6 +85,11 @@ pub trait Workload: Send + Sync {
     /// among workers (`None`: every worker samples the whole set).
     fn label_histograms(&self) -> Option<Vec<Vec<u64>>> {
         None
+    }
+    /// The layers in forward order and the forward pass's share of a step (default: one layer,
+    /// so the whole gradient is ready at the end of the step).
+    fn profile(&self) -> profile::Profile {
+        profile::Profile::flat(self.param_count())
     }
     /// Bytes of one full parameter (or gradient) vector on the wire.
     fn message_bytes(&self) -> u64 {

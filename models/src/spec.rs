@@ -5,6 +5,7 @@
 use crate::fashion_mnist;
 use crate::nets::{self, BurnNet, NetKind};
 use crate::partition::Partition;
+use crate::profile::{Layer, Profile, FORWARD_SHARE, PROFILE_NAMES};
 use crate::quadratic::Quadratic;
 use crate::softmax::{Softmax, SoftmaxConfig};
 use crate::timing::TimingWorkload;
@@ -53,6 +54,52 @@ fn non_negative(field: &str, x: f64) -> Result<(), WorkloadError> {
     }
 }
 
+/// A timing workload's backward profile: a name or the layers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ProfileSpec {
+    /// A named profile (see [`PROFILE_NAMES`]).
+    Named(String),
+    /// The layers in forward order.
+    Layers(Vec<Layer>),
+}
+
+impl ProfileSpec {
+    fn validate(&self) -> Result<(), WorkloadError> {
+        match self {
+            ProfileSpec::Named(name) if Profile::named(name).is_none() => bad(
+                "profile",
+                format!("is \"{name}\"; must be one of {} or a list of layers", PROFILE_NAMES.join(", ")),
+            ),
+            ProfileSpec::Named(_) => Ok(()),
+            ProfileSpec::Layers(layers) => {
+                if layers.is_empty() {
+                    return bad("profile", "must have at least one layer");
+                }
+                for (i, l) in layers.iter().enumerate() {
+                    if l.params == 0 {
+                        return bad(format!("profile[{i}].params"), "must be at least 1");
+                    }
+                    at_most(&format!("profile[{i}].params"), l.params as usize, MAX_PARAMS)?;
+                    non_negative(&format!("profile[{i}].flops"), l.flops)?;
+                }
+                if layers.iter().all(|l| l.flops == 0.0) {
+                    return bad("profile", "some layer must have flops above 0");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The profile (after [`WorkloadSpec::validate`]).
+    pub fn profile(&self) -> Profile {
+        match self {
+            ProfileSpec::Named(name) => Profile::named(name).expect("validated"),
+            ProfileSpec::Layers(layers) => Profile { layers: layers.clone(), forward_share: FORWARD_SHARE },
+        }
+    }
+}
+
 /// Gradient sources.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -62,6 +109,11 @@ pub enum WorkloadSpec {
         /// Parameter count (default 11,689,512: ResNet-18).
         #[serde(default = "resnet18_params")]
         params: usize,
+        /// The backward profile (default: one layer, ready at the end of the step): a name
+        /// (`resnet18`, `resnet50`) or the layers in forward order, `[{"params": …, "flops": …}]`;
+        /// its layers are laid over `params` in proportion to their sizes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<ProfileSpec>,
     },
     /// The noisy quadratic model.
     Quadratic {
@@ -165,6 +217,18 @@ pub enum BurnModel {
     Resnet18,
 }
 
+impl BurnModel {
+    /// The network, with `hidden` widths for the MLP.
+    pub fn net_kind(self, hidden: Vec<usize>) -> NetKind {
+        match self {
+            BurnModel::Mlp => NetKind::Mlp { hidden },
+            BurnModel::Cnn => NetKind::Cnn,
+            BurnModel::Resnet20 => NetKind::ResNet20,
+            BurnModel::Resnet18 => NetKind::ResNet18,
+        }
+    }
+}
+
 fn d_hidden() -> Vec<usize> {
     vec![128]
 }
@@ -223,9 +287,12 @@ impl WorkloadSpec {
 
     fn validate_values(&self) -> Result<(), WorkloadError> {
         match self {
-            WorkloadSpec::Timing { params } => {
+            WorkloadSpec::Timing { params, profile } => {
                 if *params == 0 {
                     return bad("params", "must be at least 1");
+                }
+                if let Some(p) = profile {
+                    p.validate()?;
                 }
                 at_most("params", *params, MAX_PARAMS)
             }
@@ -289,6 +356,17 @@ impl WorkloadSpec {
         }
     }
 
+    /// The layers of the workload's backward profile (1 where it has none), without building it.
+    pub fn profile_layers(&self) -> usize {
+        match self {
+            WorkloadSpec::Timing { profile: Some(p), .. } if p.validate().is_ok() => p.profile().layers.len(),
+            WorkloadSpec::Burn { model, hidden, .. } => {
+                Profile::of_net(&model.net_kind(hidden.clone()), 1, 10).layers.len()
+            }
+            _ => 1,
+        }
+    }
+
     /// Parameters on the wire, where the spec sets them.
     pub fn wire_params(&self) -> Option<usize> {
         match self {
@@ -303,7 +381,10 @@ impl WorkloadSpec {
     /// loads the data for burn. A partition draws from `rng` (the run's named stream for it).
     pub fn build(&self, workers: usize, rng: &mut impl rand::Rng) -> Result<Arc<dyn Workload>, WorkloadError> {
         let workload: Arc<dyn Workload> = match self.clone() {
-            WorkloadSpec::Timing { params } => Arc::new(TimingWorkload::new(params)),
+            WorkloadSpec::Timing { params, profile: None } => Arc::new(TimingWorkload::new(params)),
+            WorkloadSpec::Timing { params, profile: Some(p) } => {
+                Arc::new(TimingWorkload::new(params).with_profile(p.profile()))
+            }
             WorkloadSpec::Quadratic { dim, h_max, h_min, noise, x0, .. } => {
                 Arc::new(Quadratic::new(dim, h_max, h_min, noise, x0))
             }
@@ -325,12 +406,7 @@ impl WorkloadSpec {
                 let dir = fashion_mnist::resolve_dir(data_dir.as_deref().map(std::path::Path::new));
                 let data = nets::dataset(&dir)
                     .map_err(|e| WorkloadError { field: "data_dir".into(), problem: e.to_string() })?;
-                let kind = match model {
-                    BurnModel::Mlp => NetKind::Mlp { hidden },
-                    BurnModel::Cnn => NetKind::Cnn,
-                    BurnModel::Resnet20 => NetKind::ResNet20,
-                    BurnModel::Resnet18 => NetKind::ResNet18,
-                };
+                let kind = model.net_kind(hidden);
                 let unusable = |e: nets::DeviceError| WorkloadError { field: "device".into(), problem: e.to_string() };
                 let device = nets::Device::parse(&device).map_err(unusable)?;
                 let net = BurnNet::with_device(kind, data, init_seed, device)

@@ -47,6 +47,9 @@ impl Workload for WireSized {
     fn message_bytes(&self) -> u64 {
         self.bytes
     }
+    fn profile(&self) -> crate::profile::Profile {
+        self.inner.profile()
+    }
     fn parallel_gradients(&self) -> bool {
         self.inner.parallel_gradients()
     }

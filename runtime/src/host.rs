@@ -33,8 +33,8 @@ pub(crate) trait Driver<M> {
     /// Calls the protocol's `on_timer(tag)` on `rank` after `after`.
     fn set_timer(&mut self, rank: usize, after: SimDuration, tag: u64);
     /// Starts computing the gradient `input`; the executor hands it over later through
-    /// [`Host::gradient_done`].
-    fn start_gradient(&mut self, input: GradientInput, workload: &dyn Workload) -> JobId;
+    /// [`Host::gradient_done`], at the time returned where it knows it now.
+    fn start_gradient(&mut self, input: GradientInput, workload: &dyn Workload) -> (JobId, Option<SimTime>);
     /// The executor's in-process sharing (see [`crate::sharing`]).
     fn sharing(&mut self) -> &mut dyn Sharing;
 }
@@ -149,12 +149,15 @@ impl<M, D: Driver<M>> Context<M> for Host<'_, M, D> {
         self.driver.set_timer(self.core.rank, after, tag);
     }
     fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId {
+        self.start_gradient_due(params, batch).0
+    }
+    fn start_gradient_due(&mut self, params: Arc<Vec<f32>>, batch: usize) -> (JobId, Option<SimTime>) {
         let seed = self.core.data_rng.next_u64();
         let input = GradientInput { node: self.core.rank, params, batch, seed };
-        let job = self.driver.start_gradient(input, self.workload);
+        let started = self.driver.start_gradient(input, self.workload);
         let now = self.driver.now();
         self.ledger().phase(now, Phase::Computing);
-        job
+        started
     }
     fn workload(&self) -> &dyn Workload {
         self.workload

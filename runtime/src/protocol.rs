@@ -79,6 +79,12 @@ pub trait Context<M>: Report {
     /// protocol that keeps its parameters need not copy them); `on_gradient` follows. Jobs on one
     /// node run one after another.
     fn start_gradient(&mut self, params: Arc<Vec<f32>>, batch: usize) -> JobId;
+    /// As [`Context::start_gradient`], also saying when the gradient will be ready where the
+    /// executor knows it in advance (the simulator draws a job's duration when it starts); `None`
+    /// where it does not (a real cluster), the default.
+    fn start_gradient_due(&mut self, params: Arc<Vec<f32>>, batch: usize) -> (JobId, Option<SimTime>) {
+        (self.start_gradient(params, batch), None)
+    }
     /// The workload (parameter count, initial parameters, message sizes).
     fn workload(&self) -> &dyn Workload;
     /// A random number from this rank's own stream (`("protocol", rank)` in the simulator).

@@ -119,6 +119,22 @@ fn check_sync(c: &SyncConfig, workers: usize, net: &NetworkConfig) -> Result<(),
         _ => {}
     }
     service_time("message_time_us", c.message_time_us)?;
+    if let Some(b) = &c.buckets {
+        if let Err((field, problem)) = b.check() {
+            return bad(&format!("buckets.{field}"), problem);
+        }
+        if c.backup_workers > 0 || c.collective.is_analytic() {
+            return bad(
+                "buckets",
+                format!(
+                    "applies only to message-level all-reduce (ring, tree, halving_doubling, hierarchical) without \
+                     backup workers, not collective {} with {} backup workers",
+                    c.collective.name(),
+                    c.backup_workers
+                ),
+            );
+        }
+    }
     Ok(())
 }
 

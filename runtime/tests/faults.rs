@@ -9,7 +9,7 @@ use dsgd_runtime::outcome::{RunResult, StopReason};
 use dsgd_runtime::protocols::async_ps::PsConfig;
 use dsgd_runtime::protocols::easgd::EasgdConfig;
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMode};
-use dsgd_runtime::protocols::sync::SyncConfig;
+use dsgd_runtime::protocols::sync::{BucketConfig, SyncConfig};
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_sim::{Fault, SimTime};
 
@@ -30,6 +30,8 @@ fn algorithms() -> Vec<AlgorithmConfig> {
             ..sync
         }),
         AlgorithmConfig::Sync(SyncConfig { backup_workers: 1, ..sync }),
+        AlgorithmConfig::Sync(SyncConfig { buckets: Some(tiny_buckets(false)), ..sync }),
+        AlgorithmConfig::Sync(SyncConfig { buckets: Some(tiny_buckets(true)), ..sync }),
         AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::AsyncPs(PsConfig {
             timeout_s: TIMEOUT,
@@ -41,6 +43,11 @@ fn algorithms() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::Gossip(GossipConfig { timeout_s: TIMEOUT, mode: GossipMode::Push, ..Default::default() }),
     ]
+}
+
+/// Buckets of one layer each (of [`layered_quadratic`]'s two).
+fn tiny_buckets(overlap: bool) -> BucketConfig {
+    BucketConfig { cap_mb: 1e-6, first_mb: 1e-6, overlap }
 }
 
 fn secs(s: f64) -> SimTime {
@@ -56,7 +63,8 @@ fn run_with(alg: AlgorithmConfig, faults: Vec<Fault>, slow: Option<(usize, f64)>
     let mut t = train(END);
     t.optimizer.lr = 0.2;
     t.eval.every_s = 0.25;
-    go(alg, WORKERS, &sim, quadratic(), t)
+    let bucketed = matches!(alg, AlgorithmConfig::Sync(SyncConfig { buckets: Some(_), .. }));
+    go(alg, WORKERS, &sim, if bucketed { layered_quadratic() } else { quadratic() }, t)
 }
 
 /// The checks every faulty run must pass.

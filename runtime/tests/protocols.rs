@@ -235,10 +235,14 @@ fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
     assert!(matches!(&sent[1], (1, SyncMsg::Chunk { view: v, iter: 0, round: 0, .. }, _) if *v == view), "{sent:?}");
     assert_eq!(sent.len(), 2, "nothing to rank 2: {sent:?}");
     // A chunk of the old view is ignored; the new view's completes the iteration.
-    w.on_message(ctx.at(1.7), 2, SyncMsg::Chunk { view: view_id(0, &[0, 1, 2]), iter: 0, round: 0, data: vec![] });
+    w.on_message(
+        ctx.at(1.7),
+        2,
+        SyncMsg::Chunk { view: view_id(0, &[0, 1, 2]), iter: 0, bucket: 0, round: 0, data: vec![] },
+    );
     assert_eq!(w.iterations(), 0);
-    w.on_message(ctx.at(1.7), 1, SyncMsg::Chunk { view, iter: 0, round: 0, data: vec![1.0; 2] });
-    w.on_message(ctx.at(1.8), 1, SyncMsg::Chunk { view, iter: 0, round: 1, data: vec![2.0; 2] });
+    w.on_message(ctx.at(1.7), 1, SyncMsg::Chunk { view, iter: 0, bucket: 0, round: 0, data: vec![1.0; 2] });
+    w.on_message(ctx.at(1.8), 1, SyncMsg::Chunk { view, iter: 0, bucket: 0, round: 1, data: vec![2.0; 2] });
     assert_eq!(w.iterations(), 1, "two members: a ring of two rounds");
     assert_eq!(ctx.iterations.len(), 1, "member 0 records the iteration");
 }

@@ -437,6 +437,9 @@ impl Workload for BurnNet {
     fn param_count(&self) -> usize {
         self.params
     }
+    fn profile(&self) -> crate::profile::Profile {
+        crate::profile::Profile::of_net(&self.kind, 1, 10)
+    }
     fn parallel_gradients(&self) -> bool {
         self.device == Device::Cpu
     }

@@ -82,13 +82,13 @@ impl<M: Serialize> Driver<M> for &mut RankIo {
         self.next_timer += 1;
         self.timers.insert(((now_of(self.start) + after).as_nanos(), id), tag);
     }
-    fn start_gradient(&mut self, input: GradientInput, _workload: &dyn Workload) -> JobId {
+    fn start_gradient(&mut self, input: GradientInput, _workload: &dyn Workload) -> (JobId, Option<SimTime>) {
         let job = self.next_job;
         self.next_job += 1;
         let now = now_of(self.start);
         let at_least = Duration::from_nanos(self.model.step_time(input.node, now, 1.0).as_nanos());
         let _ = self.compute.send(GradJob { job, inc: self.inc, input, at_least, asked: Instant::now() });
-        dsgd_sim::JobId(job)
+        (dsgd_sim::JobId(job), None)
     }
     fn sharing(&mut self) -> &mut dyn Sharing {
         &mut self.alone

@@ -105,7 +105,7 @@ impl<M> Driver<M> for SimDriver<'_, M> {
     fn set_timer(&mut self, rank: usize, after: SimDuration, tag: u64) {
         self.sim.set_timer(rank, after, tag).expect("a live node sets timers");
     }
-    fn start_gradient(&mut self, input: GradientInput, workload: &dyn Workload) -> JobId {
+    fn start_gradient(&mut self, input: GradientInput, workload: &dyn Workload) -> (JobId, Option<SimTime>) {
         let rank = input.node;
         let mut result = None;
         let (job, due) = match self.timing.next(rank, &input, &mut result, workload) {
@@ -119,7 +119,7 @@ impl<M> Driver<M> for SimDriver<'_, M> {
             (None, None) => Job::Inline(input),
         };
         self.jobs.insert(job.0, j);
-        job
+        (job, Some(due))
     }
     fn sharing(&mut self) -> &mut dyn Sharing {
         self.sharing

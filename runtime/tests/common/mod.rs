@@ -31,6 +31,41 @@ pub fn quadratic() -> Arc<dyn Workload> {
     Arc::new(Quadratic::new(32, 1.0, 0.01, 1.0, 1.0))
 }
 
+/// The quadratic with a profile of two layers (12 and 20 of its 32 parameters).
+pub struct TwoLayers(Quadratic);
+
+impl Workload for TwoLayers {
+    fn name(&self) -> &str {
+        "two-layer quadratic"
+    }
+    fn param_count(&self) -> usize {
+        self.0.param_count()
+    }
+    fn init(&self) -> Vec<f32> {
+        self.0.init()
+    }
+    fn gradient(&self, params: &[f32], req: dsgd_models::GradRequest, grad: &mut [f32]) -> f64 {
+        self.0.gradient(params, req, grad)
+    }
+    fn evaluate(&self, params: &[f32]) -> dsgd_models::Evaluation {
+        self.0.evaluate(params)
+    }
+    fn profile(&self) -> dsgd_models::profile::Profile {
+        dsgd_models::profile::Profile {
+            layers: vec![
+                dsgd_models::profile::Layer { params: 12, flops: 1.0 },
+                dsgd_models::profile::Layer { params: 20, flops: 3.0 },
+            ],
+            forward_share: dsgd_models::profile::FORWARD_SHARE,
+        }
+    }
+}
+
+/// [`quadratic`] with two layers, so that gradient buckets have something to split.
+pub fn layered_quadratic() -> Arc<dyn Workload> {
+    Arc::new(TwoLayers(Quadratic::new(32, 1.0, 0.01, 1.0, 1.0)))
+}
+
 pub fn train(sim_time_s: f64) -> TrainConfig {
     TrainConfig {
         batch: 8,

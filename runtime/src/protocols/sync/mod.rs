@@ -22,8 +22,12 @@
 //! (message-level collective, analytic closed form, or backup-worker aggregation). The modes live
 //! in [`reduce`], the probes, joins and state hand-offs in [`membership`].
 
+pub mod buckets;
 mod membership;
+mod pipeline;
 mod reduce;
+
+pub use buckets::BucketConfig;
 
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
 use crate::optimizer::{OptimizerConfig, Sgd};
@@ -54,6 +58,10 @@ pub struct SyncConfig {
     /// [`crate::protocols::service`]).
     #[serde(skip_serializing_if = "crate::protocols::service::is_instant")]
     pub message_time_us: f64,
+    /// Gradient buckets as PyTorch DDP forms them, each all-reduced on its own (default none:
+    /// the whole gradient in one all-reduce). Message-level collectives only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<BucketConfig>,
 }
 
 impl SyncConfig {
@@ -89,6 +97,7 @@ impl Default for SyncConfig {
             cost: None,
             group_size: None,
             message_time_us: 0.0,
+            buckets: None,
         }
     }
 }
@@ -102,6 +111,8 @@ pub enum SyncMsg {
         view: u64,
         /// Iteration.
         iter: u64,
+        /// The bucket (0 without buckets).
+        bucket: u32,
         /// Round of the collective.
         round: u32,
         /// Values.
@@ -178,6 +189,7 @@ const PROBE_END: u64 = 2;
 const ANALYTIC_DONE: u64 = 3;
 const HELLO: u64 = 4;
 const SERVED: u64 = 5;
+const BUCKET_READY: u64 = 6;
 const SMALL: u64 = 64;
 
 /// Where a worker is in its iteration (what [`SyncWorker::stage`] shows; the worker's own
@@ -424,7 +436,11 @@ impl SyncWorker {
     /// Starts computing the gradient of iteration `done` at the current parameters.
     fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         self.iter_start = ctx.now();
-        self.stage = Step::Computing(Gradient::Pending(ctx.start_gradient(self.params.clone(), self.batch)));
+        let (job, due) = ctx.start_gradient_due(self.params.clone(), self.batch);
+        self.stage = Step::Computing(Gradient::Pending(job));
+        if self.cfg.buckets.is_some() {
+            self.begin_buckets(ctx, due);
+        }
     }
 
     /// Adopts new parameters (from the backup aggregator or a donor) with `done` iterations, and
@@ -459,7 +475,9 @@ impl Protocol for SyncWorker {
     fn on_message(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, msg: SyncMsg) {
         match msg {
             SyncMsg::Chunk { .. } if !self.chunks.is_instant() => self.chunks.arrive(ctx, from, msg, SERVED),
-            SyncMsg::Chunk { view, iter, round, data } => self.on_chunk(ctx, (view, iter), round, data),
+            SyncMsg::Chunk { view, iter, bucket, round, data } => {
+                self.on_chunk(ctx, (view, iter), (bucket, round), data)
+            }
             SyncMsg::Grad { view, iter, ready, data } => self.on_grad(ctx, from, (view, iter), ready, data),
             SyncMsg::Params { view, iter, params } => {
                 let current = view == self.now.view && iter > self.done;
@@ -478,14 +496,15 @@ impl Protocol for SyncWorker {
             HELLO => self.on_hello(ctx),
             WATCHDOG => self.on_watchdog(ctx),
             SERVED => {
-                if let Some((_, SyncMsg::Chunk { view, iter, round, data })) = self.chunks.served(ctx, SERVED) {
-                    self.on_chunk(ctx, (view, iter), round, data);
+                if let Some((_, SyncMsg::Chunk { view, iter, bucket, round, data })) = self.chunks.served(ctx, SERVED) {
+                    self.on_chunk(ctx, (view, iter), (bucket, round), data);
                 }
             }
             _ if tag >> 8 != self.gen => {} // a timer of an older iteration or probe
             _ => match tag & 0xff {
                 PROBE_END => self.end_probe(ctx),
                 ANALYTIC_DONE => self.analytic_done(ctx),
+                BUCKET_READY => self.bucket_ready(ctx),
                 _ => {}
             },
         }

@@ -22,10 +22,10 @@ pub(super) type Gathered = BTreeMap<(u64, u64), Vec<Contribution>>;
 
 /// The message-level collective of one member.
 pub(super) struct CollectiveState {
-    /// The collective of the current iteration, while it runs.
-    run: Option<Run>,
-    /// Rounds that arrived before this member started them, by (view, iteration, round).
-    early: BTreeMap<(u64, u64, u32), Vec<f32>>,
+    /// The collective of the current iteration (of one bucket, with buckets), while it runs.
+    pub(super) run: Option<Run>,
+    /// Rounds that arrived before this member started them, by (view, iteration, bucket, round).
+    early: BTreeMap<(u64, u64, u32, u32), Vec<f32>>,
     /// The member's schedule of a view (the same every iteration).
     schedule: Option<(u64, Schedule)>,
     /// The hierarchical collectives' groups of a view (at the start one list shared by all).
@@ -34,7 +34,9 @@ pub(super) struct CollectiveState {
     outbox: Vec<Outgoing>,
     /// The iteration and member index under which this member's gradient is on the executor's
     /// ring board, until it takes the average or gives the iteration up.
-    deposited: Option<(RingKey, usize)>,
+    pub(super) deposited: Option<(RingKey, usize)>,
+    /// The buckets' progress through the iteration (with buckets).
+    pub(super) pipeline: Option<super::pipeline::Pipeline>,
 }
 
 impl CollectiveState {
@@ -46,12 +48,16 @@ impl CollectiveState {
             groups,
             outbox: Vec::new(),
             deposited: None,
+            pipeline: None,
         }
     }
 
     /// Stops the running collective (a probe), giving its place on the ring board up.
     pub(super) fn abandon(&mut self, sharing: &mut dyn Sharing) {
         self.run = None;
+        if let Some(p) = self.pipeline.as_mut() {
+            p.restart();
+        }
         if let Some((key, me)) = self.deposited.take() {
             sharing.ring_leave(key, me);
         }
@@ -61,6 +67,9 @@ impl CollectiveState {
     /// crashed rank's places on its ring board up).
     pub(super) fn clear(&mut self) {
         self.run = None;
+        if let Some(p) = self.pipeline.as_mut() {
+            p.restart();
+        }
         self.deposited = None;
         self.early.clear();
     }
@@ -71,7 +80,7 @@ impl CollectiveState {
     }
 
     /// The members in the hierarchical collectives' groups, built once a view.
-    fn groups(&mut self, now: &Membership, group_size: Option<usize>) -> Arc<Groups> {
+    pub(super) fn groups(&mut self, now: &Membership, group_size: Option<usize>) -> Arc<Groups> {
         match &self.groups {
             Some((view, g)) if *view == now.view => g.clone(),
             _ => {
@@ -115,6 +124,9 @@ impl SyncWorker {
     /// Message-level mode: runs this member's schedule, with the rounds that came early. A ring
     /// whose gradients the executor's board holds sends messages without values.
     fn start_collective(&mut self, ctx: &mut dyn Context<SyncMsg>, me: usize, grad: Arc<Vec<f32>>) {
+        if self.collective.pipeline.is_some() {
+            return self.buckets_gradient_ready(ctx, me, grad);
+        }
         let key = (self.now.view, self.done);
         let wire = collectives::wire_params(ctx.workload());
         let steps = match &self.collective.schedule {
@@ -138,13 +150,18 @@ impl SyncWorker {
         } else {
             Vec::clone(&grad)
         };
-        let mut run = Run::new(steps, buf, wire);
-        // Rounds that came early are moved into the run (older views and iterations dropped).
+        self.launch(ctx, 0, Run::new(steps, buf, wire));
+    }
+
+    /// Starts `run`, the collective of `bucket` (0 without buckets), with the rounds of it that
+    /// came early (older views, iterations and buckets are dropped).
+    pub(super) fn launch(&mut self, ctx: &mut dyn Context<SyncMsg>, bucket: u32, mut run: Run) {
+        let key = (self.now.view, self.done);
         let early = &mut self.collective.early;
-        let later = early.split_off(&(key.0, key.1 + 1, 0));
-        let this = early.split_off(&(key.0, key.1, 0));
+        let later = early.split_off(&(key.0, key.1, bucket + 1, 0));
+        let this = early.split_off(&(key.0, key.1, bucket, 0));
         *early = later;
-        for ((_, _, round), data) in this {
+        for ((_, _, _, round), data) in this {
             run.deliver(round, data);
         }
         self.collective.run = Some(run);
@@ -153,11 +170,17 @@ impl SyncWorker {
 
     /// A round of the message-level collective: delivered to the running collective, kept for
     /// later, or dropped if it belongs to an iteration that is over.
-    pub(super) fn on_chunk(&mut self, ctx: &mut dyn Context<SyncMsg>, key: (u64, u64), round: u32, data: Vec<f32>) {
+    pub(super) fn on_chunk(
+        &mut self,
+        ctx: &mut dyn Context<SyncMsg>,
+        key: (u64, u64),
+        (bucket, round): (u32, u32),
+        data: Vec<f32>,
+    ) {
         if key < (self.now.view, self.done) {
             return;
         }
-        if key == (self.now.view, self.done) && self.probing.is_none() {
+        if key == (self.now.view, self.done) && self.probing.is_none() && bucket == self.running_bucket() {
             if let Some(run) = self.collective.run.as_mut() {
                 run.deliver(round, data);
                 self.arm_watchdog(ctx);
@@ -165,22 +188,26 @@ impl SyncWorker {
                 return;
             }
         }
-        self.collective.early.insert((key.0, key.1, round), data);
+        self.collective.early.insert((key.0, key.1, bucket, round), data);
     }
 
     /// Sends what the collective can send now; finishes the iteration when it is complete.
     fn poll_run(&mut self, ctx: &mut dyn Context<SyncMsg>) {
+        let bucket = self.running_bucket();
         let Some(run) = self.collective.run.as_mut() else { return };
         let mut out = std::mem::take(&mut self.collective.outbox);
         let finished = run.poll(&mut out);
         for o in out.drain(..) {
             let bytes = 4 * o.range.len() as u64;
-            let msg = SyncMsg::Chunk { view: self.now.view, iter: self.done, round: o.round, data: o.data };
+            let msg = SyncMsg::Chunk { view: self.now.view, iter: self.done, bucket, round: o.round, data: o.data };
             ctx.send(self.now.members[o.to], msg, bytes);
         }
         self.collective.outbox = out;
         if finished {
             let sum = self.collective.run.take().expect("running").into_result();
+            if self.collective.pipeline.is_some() {
+                return self.bucket_done(ctx, sum);
+            }
             match self.collective.deposited.take() {
                 Some((key, me)) => {
                     let wire = collectives::wire_params(ctx.workload());
@@ -259,13 +286,13 @@ impl SyncWorker {
     }
 
     /// Applies the average of `contributors` gradients whose sum is `sum` (see [`Self::step`]).
-    fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, sum: Vec<f32>, contributors: usize) {
+    pub(super) fn finish(&mut self, ctx: &mut dyn Context<SyncMsg>, sum: Vec<f32>, contributors: usize) {
         self.step(ctx, &Arc::new(scaled(sum, contributors)));
     }
 
     /// Applies the average gradient, records the iteration, sends the new parameters in backup
     /// mode, and begins the next iteration.
-    fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &Arc<Vec<f32>>) {
+    pub(super) fn step(&mut self, ctx: &mut dyn Context<SyncMsg>, avg: &Arc<Vec<f32>>) {
         ctx.sharing().step(&mut self.params, &mut self.opt, avg);
         self.done += 1;
         self.invalidate();
