@@ -60,6 +60,14 @@ pub struct TimeBreakdown {
     pub idle: f64,
     /// Down.
     pub crashed: f64,
+    /// Of `computing`: the time with communication in flight (gradient buckets all-reduced
+    /// while the backward pass runs); absent when there is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub overlapped: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Something that happened, for the run's record.
@@ -156,6 +164,10 @@ impl Ledger<'_> {
     pub fn iteration(&mut self, took: SimDuration) {
         self.metrics.iteration_times.push(took);
     }
+    /// Communication in flight for `took` while the rank computed.
+    pub fn overlap(&mut self, took: SimDuration) {
+        self.clock.times.overlapped += took.as_secs_f64();
+    }
     /// A line for the run's log.
     pub fn note(&mut self, now: SimTime, what: String) {
         self.metrics.notes.push(Note { time_s: now.as_secs_f64(), rank: self.rank, what });
@@ -175,6 +187,9 @@ macro_rules! report_through_ledger {
         }
         fn record_iteration(&mut self, took: SimDuration) {
             self.ledger().iteration(took);
+        }
+        fn record_overlap(&mut self, took: SimDuration) {
+            self.ledger().overlap(took);
         }
         fn note(&mut self, what: String) {
             let now = self.ledger_now();

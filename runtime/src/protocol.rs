@@ -57,6 +57,9 @@ pub trait Report {
     fn record_update(&mut self, staleness: u64);
     /// Records a finished synchronous iteration and how long it took.
     fn record_iteration(&mut self, took: SimDuration);
+    /// Records that communication was in flight for `took` while the node computed (gradient
+    /// buckets overlapped with the backward pass).
+    fn record_overlap(&mut self, took: SimDuration);
     /// Notes something that happened (a timeout, a membership change), for the run's record.
     fn note(&mut self, what: String);
 }

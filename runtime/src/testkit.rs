@@ -136,6 +136,7 @@ impl<M> Report for Recorder<M> {
     fn record_iteration(&mut self, took: SimDuration) {
         self.iterations.push(took);
     }
+    fn record_overlap(&mut self, _took: SimDuration) {}
     fn note(&mut self, what: String) {
         self.notes.push(what);
     }

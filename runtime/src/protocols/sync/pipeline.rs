@@ -36,6 +36,8 @@ pub(super) struct Pipeline {
     clock: Option<(SimTime, SimTime)>,
     /// Each bucket's schedule for a membership view.
     schedules: Option<(u64, Arc<[Schedule]>)>,
+    /// When the running bucket's collective started.
+    run_started: SimTime,
 }
 
 impl Pipeline {
@@ -74,6 +76,7 @@ impl SyncWorker {
                 board: cfg.overlap && due.is_some(),
                 clock: None,
                 schedules: None,
+                run_started: SimTime::ZERO,
             }
         });
         pipeline.restart();
@@ -135,6 +138,8 @@ impl SyncWorker {
         let p = self.collective.pipeline.as_ref().expect("bucketed");
         let b = p.buckets[k];
         let buf = if p.board { Vec::new() } else { p.sum[b.real(p.sum.len(), p.wire_total())].to_vec() };
+        let now = ctx.now();
+        self.collective.pipeline.as_mut().expect("bucketed").run_started = now;
         self.launch(ctx, k as u32, Run::new(steps, buf, b.wire()));
     }
 
@@ -165,6 +170,12 @@ impl SyncWorker {
     /// The running bucket's collective finished with `sum`: on to the next bucket, or the step.
     pub(super) fn bucket_done(&mut self, ctx: &mut dyn Context<SyncMsg>, sum: Vec<f32>) {
         let p = self.collective.pipeline.as_mut().expect("bucketed");
+        if let Some((_, due)) = p.clock {
+            let overlapped = ctx.now().min(due).saturating_since(p.run_started);
+            if overlapped > SimDuration::ZERO {
+                ctx.record_overlap(overlapped);
+            }
+        }
         let b = p.buckets[p.next];
         if !p.board {
             let range = b.real(p.sum.len(), p.wire_total());
