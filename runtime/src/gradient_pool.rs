@@ -147,7 +147,10 @@ impl GradientPool {
                 let (shared, workload) = (shared.clone(), workload.clone());
                 std::thread::Builder::new()
                     .name("dsgd-gradients".into())
-                    .spawn(move || serve(&shared, &*workload))
+                    .spawn(move || {
+                        behind_the_simulator();
+                        serve(&shared, &*workload)
+                    })
                     .expect("the system starts a thread")
             })
             .collect();
@@ -188,6 +191,21 @@ impl GradientPool {
     /// begun.
     pub fn drop_task(&self, task: &Task) {
         *task.state() = State::Dropped;
+    }
+}
+
+/// Lowers the calling background thread's scheduling priority (nice 10; on Linux nice is per
+/// thread). The simulator's thread is the run's critical path: it hands out every job and takes
+/// every result, and while it waits for a core the background threads run out of work. With
+/// as many background threads as cores, on 2 cores, 100 push-sum workers of the paper cluster
+/// went from 2.97 to 2.44 s and pull from 1.84 to 1.63 s (medians of 5, alternated); the
+/// results are the same bits whatever the priorities.
+fn behind_the_simulator() {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
     }
 }
 

@@ -85,6 +85,31 @@ impl OptimizerConfig {
     }
 }
 
+/// One step's arithmetic on one element, in `f32` exactly as written (no fused multiply-add).
+#[derive(Clone, Copy, Debug)]
+pub struct StepRule {
+    lr: f32,
+    mu: f32,
+    wd: f32,
+    nesterov: bool,
+}
+
+impl StepRule {
+    /// The parameter after a step without momentum.
+    #[inline(always)]
+    pub fn plain(&self, x: f32, g: f32) -> f32 {
+        x - self.lr * (g + self.wd * x)
+    }
+    /// The parameter after a step with momentum, updating the element's velocity `v`.
+    #[inline(always)]
+    pub fn momentum(&self, x: f32, g: f32, v: &mut f32) -> f32 {
+        let g = g + self.wd * x;
+        *v = self.mu * *v + g;
+        let step = if self.nesterov { g + self.mu * *v } else { *v };
+        x - self.lr * step
+    }
+}
+
 /// One optimizer instance (its velocity and step count). The velocity is shared, copied on
 /// write, so that replicas known to be identical can hold one (see the sync workers).
 #[derive(Clone, Debug)]
@@ -123,21 +148,35 @@ impl Sgd {
     /// staleness-aware rate); a factor of 1 gives `apply`'s bits.
     pub fn apply_scaled(&mut self, params: &mut [f32], grad: &[f32], factor: f64) {
         debug_assert_eq!(params.len(), grad.len());
-        let lr = (self.lr() * factor) as f32;
-        let (mu, wd) = (self.cfg.momentum as f32, self.cfg.weight_decay as f32);
-        if self.velocity.is_empty() || params.is_empty() {
-            for (x, g) in params.iter_mut().zip(grad) {
-                *x -= lr * (g + wd * *x);
+        let empty = params.is_empty();
+        let (rule, velocity) = self.take_step(factor);
+        match velocity {
+            Some(v) if !empty => {
+                for ((x, g), v) in params.iter_mut().zip(grad).zip(v.iter_mut()) {
+                    *x = rule.momentum(*x, *g, v);
+                }
             }
-        } else {
-            for ((x, g), v) in params.iter_mut().zip(grad).zip(Arc::make_mut(&mut self.velocity).iter_mut()) {
-                let g = g + wd * *x;
-                *v = mu * *v + g;
-                let step = if self.cfg.nesterov { g + mu * *v } else { *v };
-                *x -= lr * step;
+            _ => {
+                for (x, g) in params.iter_mut().zip(grad) {
+                    *x = rule.plain(*x, *g);
+                }
             }
         }
+    }
+
+    /// Counts a step and gives its rule and the velocity to update (`None` without momentum),
+    /// for a caller that applies the step element by element where its parameters are (push-sum
+    /// takes it at `x / w` in fixed point); [`Sgd::apply_scaled`] is the plain case.
+    pub fn take_step(&mut self, factor: f64) -> (StepRule, Option<&mut [f32]>) {
+        let rule = StepRule {
+            lr: (self.lr() * factor) as f32,
+            mu: self.cfg.momentum as f32,
+            wd: self.cfg.weight_decay as f32,
+            nesterov: self.cfg.nesterov,
+        };
         self.steps += 1;
+        let velocity = (!self.velocity.is_empty()).then(|| Arc::make_mut(&mut self.velocity).as_mut_slice());
+        (rule, velocity)
     }
     /// The velocity, for handing state to a rejoining replica.
     pub fn velocity(&self) -> &[f32] {

@@ -33,12 +33,12 @@ fn mass(nodes: &[GossipNode], flight: &[(usize, usize, GossipMsg)]) -> Mass {
     let mut w = 0i128;
     for n in nodes {
         let (nx, nw) = n.mass();
-        x.iter_mut().zip(nx).for_each(|(a, &b)| *a += b as i128);
+        x.iter_mut().zip(nx.iter()).for_each(|(a, &b)| *a += b as i128);
         w += nw as i128;
     }
     for (_, _, m) in flight {
         if let GossipMsg::PushSum { x: mx, w: mw, .. } = m {
-            x.iter_mut().zip(mx).for_each(|(a, &b)| *a += b as i128);
+            x.iter_mut().zip(mx.iter()).for_each(|(a, &b)| *a += b as i128);
             w += *mw as i128;
         }
     }
@@ -81,7 +81,7 @@ fn drive_with(cfg: GossipConfig, lr: f64, rounds: usize, deliveries: usize) -> (
             // The gradient step's own change of x (before the node halved for gossip).
             let (after, _) = nodes[r].mass();
             let sent: Vec<i64> = match flight[flight.len() - pushed..].iter().find_map(|(_, _, m)| match m {
-                GossipMsg::PushSum { x, .. } => Some(x.clone()),
+                GossipMsg::PushSum { x, .. } => Some(Vec::clone(x)),
                 _ => None,
             }) {
                 Some(x) => x,

@@ -25,6 +25,7 @@
 //! A restarted node has lost its model: in pull mode it first copies a peer's parameters; in push
 //! mode it starts with `(0, 0)` and computes only once it has received some mass.
 
+use super::push_sum::{self, split, to_fixed, z_of};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
@@ -106,9 +107,10 @@ pub enum GossipMsg {
     PushSum {
         /// Sequence number, for the acknowledgement.
         seq: u64,
-        /// Half of `x`, in units of 2^-32.
-        #[serde(with = "crate::wire::pod")]
-        x: Vec<i64>,
+        /// Half of `x`, in units of 2^-32 (shared with the sender, which keeps it until the
+        /// push is acknowledged: no copy in the simulator).
+        #[serde(with = "crate::wire::pod_shared")]
+        x: Arc<Vec<i64>>,
         /// Half of `w`, in units of 2^-40.
         w: i64,
     },
@@ -116,14 +118,9 @@ pub enum GossipMsg {
 
 const TIMEOUT: u64 = 1;
 const PUSH_TIMEOUT: u64 = 2;
-/// Fixed-point scale of push-sum parameters.
-pub const X_ONE: f64 = (1u64 << 32) as f64;
+pub use super::push_sum::X_ONE;
 /// Fixed-point scale of push-sum weights (one unit of weight).
 pub const W_ONE: i64 = 1 << 40;
-
-fn to_fixed(v: f64) -> i64 {
-    (v * X_ONE).round() as i64 // saturates on overflow (only a diverged run gets there)
-}
 
 /// A gossip node's life: running, crashed, or (pull mode, after a restart) copying a peer's
 /// parameters before it computes.
@@ -147,6 +144,14 @@ pub struct GossipNode {
     x: Arc<Vec<f32>>,
     xs: Vec<i64>,
     w: i64,
+    /// Push mode: the model `z = x / w` while `z_ok` (shared with the gradient job that reads it).
+    z: Arc<Vec<f32>>,
+    z_ok: bool,
+    /// Push mode: pushed halves of `x` received and not yet added to `xs`, in arrival order.
+    pending: Vec<Arc<Vec<i64>>>,
+    /// Push mode: buffers of acknowledged pushes, for the next ones (fresh pages cost more than
+    /// the arithmetic).
+    spare: Vec<Vec<i64>>,
     opt: Sgd,
     steps: u64,
     exchanges: u64,
@@ -156,7 +161,7 @@ pub struct GossipNode {
     suspect_until: BTreeMap<usize, SimTime>,
     gen: u64,
     life: Life,
-    unacked: BTreeMap<u64, (usize, Vec<i64>, i64)>,
+    unacked: BTreeMap<u64, (usize, Arc<Vec<i64>>, i64)>,
     next_push: u64,
 }
 
@@ -170,6 +175,10 @@ impl GossipNode {
             x: Default::default(),
             xs: Vec::new(),
             w: W_ONE,
+            z: Default::default(),
+            z_ok: false,
+            spare: Vec::new(),
+            pending: Vec::new(),
             opt: Sgd::new(opt, 0, 1),
             steps: 0,
             exchanges: 0,
@@ -184,8 +193,16 @@ impl GossipNode {
     }
 
     /// Push-sum state `(x, w)` in fixed point (push mode): `x` in units of 2^-32, `w` of 2^-40.
-    pub fn mass(&self) -> (&[i64], i64) {
-        (&self.xs, self.w)
+    pub fn mass(&self) -> (std::borrow::Cow<'_, [i64]>, i64) {
+        if self.pending.is_empty() {
+            (self.xs.as_slice().into(), self.w)
+        } else {
+            let mut xs = self.xs.clone();
+            for m in &self.pending {
+                push_sum::absorb(&mut xs, m);
+            }
+            (xs.into(), self.w)
+        }
     }
 
     /// Pushes sent and not yet acknowledged (push mode).
@@ -193,10 +210,47 @@ impl GossipNode {
         self.unacked.len()
     }
 
-    /// The node's model `z = x / w` (push mode).
-    fn z(&self) -> Vec<f32> {
+    /// The node's model `z = x / w` (push mode), computed afresh.
+    fn z_fresh(&self) -> Vec<f32> {
         let w = self.w as f64 / W_ONE as f64;
-        self.xs.iter().map(|&x| (x as f64 / X_ONE / w) as f32).collect()
+        self.mass().0.iter().map(|&x| z_of(x, w)).collect()
+    }
+
+    /// The node's model `z = x / w` (push mode), from the cache or computed into it.
+    fn z(&mut self) -> Arc<Vec<f32>> {
+        if !self.z_ok {
+            self.settle();
+            let w = self.w as f64 / W_ONE as f64;
+            let mut z = self.take_z();
+            z.clear();
+            z.extend(self.xs.iter().map(|&x| z_of(x, w)));
+            self.z = Arc::new(z);
+            self.z_ok = true;
+        }
+        self.z.clone()
+    }
+
+    /// The cached model's buffer (its contents stale), for a new model: its allocation is reused when no
+    /// gradient job reads it any more (a job's thread may keep a weak reference to it, which
+    /// does not stop this, and a new `Arc` is a new identity to that thread's cache).
+    fn take_z(&mut self) -> Vec<f32> {
+        Arc::try_unwrap(std::mem::take(&mut self.z)).unwrap_or_default()
+    }
+
+    /// Adds pushed mass to this node's: the weight now, `x` when it is next read (the next
+    /// gradient's pass adds the first message waiting, [`Self::settle`] any other), in arrival
+    /// order, so the sums are those of adding each at once.
+    fn absorb(&mut self, x: Arc<Vec<i64>>, w: i64) {
+        self.pending.push(x);
+        self.w += w;
+        self.z_ok = false;
+    }
+
+    /// Adds every message waiting to `x`.
+    fn settle(&mut self) {
+        for m in self.pending.drain(..) {
+            push_sum::absorb(&mut self.xs, &m);
+        }
     }
 
     /// Pull-mode parameters.
@@ -252,28 +306,38 @@ impl GossipNode {
             if self.w <= 0 {
                 return; // a restarted push node waits for mass
             }
-            Arc::new(self.z())
+            self.z()
         } else {
             self.x.clone()
         };
         self.job = Some(ctx.start_gradient(params, self.batch));
     }
 
+    /// Push mode: the peer of a push now, if flow control allows one and there is a peer.
+    fn push_target(&mut self, ctx: &mut dyn Context<GossipMsg>) -> Option<usize> {
+        if self.cfg.max_in_flight.is_some_and(|m| self.unacked.len() as u64 >= m) {
+            return None; // flow control: the share stays here and goes out with the next push
+        }
+        self.choose_peer(ctx)
+    }
+
+    /// Push mode: sends the half `(x, w)` split off for `peer`.
+    fn send_push(&mut self, ctx: &mut dyn Context<GossipMsg>, peer: usize, x: Vec<i64>, w: i64) {
+        let x = Arc::new(x);
+        let bytes = ctx.workload().message_bytes() + 16;
+        let seq = self.next_push;
+        self.next_push += 1;
+        self.unacked.insert(seq, (peer, x.clone(), w));
+        ctx.send(peer, GossipMsg::PushSum { seq, x, w }, bytes);
+        let t = self.timeout();
+        ctx.set_timer(t, PUSH_TIMEOUT | seq << 8);
+    }
+
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         if self.push() {
-            if self.cfg.max_in_flight.is_some_and(|m| self.unacked.len() as u64 >= m) {
-                return; // flow control: the share stays here and goes out with the next push
-            }
-            let Some(peer) = self.choose_peer(ctx) else { return };
-            let x: Vec<i64> = self.xs.iter_mut().map(split).collect();
-            let w = split(&mut self.w);
-            let bytes = ctx.workload().message_bytes() + 16;
-            let seq = self.next_push;
-            self.next_push += 1;
-            self.unacked.insert(seq, (peer, x.clone(), w));
-            ctx.send(peer, GossipMsg::PushSum { seq, x, w }, bytes);
-            let t = self.timeout();
-            ctx.set_timer(t, PUSH_TIMEOUT | seq << 8);
+            let Some(peer) = self.push_target(ctx) else { return };
+            let (x, w) = self.split_off();
+            self.send_push(ctx, peer, x, w);
         } else if self.outstanding.is_none() {
             let Some(peer) = self.choose_peer(ctx) else { return };
             self.outstanding = Some(peer);
@@ -285,6 +349,58 @@ impl GossipNode {
     }
 }
 
+impl GossipNode {
+    /// Push mode, a gradient at the current model: the optimizer's step taken at `z = x / w`
+    /// and added to `x` scaled by `w` (so `z` moves by exactly one step whatever the node's
+    /// weight: fast gossipers lose weight, stragglers gain it), then, every `tau` steps, half
+    /// of `(x, w)` pushed to a peer, and the next gradient started. One pass over the state
+    /// ([`push_sum::Step`]); the peer is drawn first, as no other draw comes between.
+    fn push_step(&mut self, ctx: &mut dyn Context<GossipMsg>, grad: &[f32]) {
+        self.steps += 1;
+        ctx.record_update(0);
+        let peer = if self.steps.is_multiple_of(self.cfg.tau) { self.push_target(ctx) } else { None };
+        let w = self.w as f64 / W_ONE as f64;
+        let sent_w = peer.map(|_| split(&mut self.w));
+        let kept = self.w as f64 / W_ONE as f64;
+        let mut half = if peer.is_some() { self.spare.pop().unwrap_or_default() } else { Vec::new() };
+        let mut z = self.take_z();
+        let z_valid = self.z_ok;
+        let last = self.pending.pop();
+        self.settle();
+        let (rule, velocity) = self.opt.take_step(1.0);
+        let sent = peer.map(|_| (&mut half, kept));
+        let incoming = last.as_deref().map(|v| v.as_slice());
+        push_sum::Step { xs: &mut self.xs, incoming, grad, rule, velocity, w, sent, z: &mut z, z_valid }.run();
+        self.z = Arc::new(z);
+        self.z_ok = true;
+        if let (Some(peer), Some(sent_w)) = (peer, sent_w) {
+            self.send_push(ctx, peer, half, sent_w);
+        }
+        self.compute(ctx);
+    }
+
+    /// Splits `(x, w)` in two, keeping one half and returning the other (`x` in a spare
+    /// buffer); the model `z` of the half kept is computed in the same pass.
+    fn split_off(&mut self) -> (Vec<i64>, i64) {
+        self.settle();
+        let sent_w = split(&mut self.w);
+        let w = self.w as f64 / W_ONE as f64;
+        let mut half = self.spare.pop().unwrap_or_default();
+        half.clear();
+        half.reserve(self.xs.len());
+        let mut z = self.take_z();
+        z.clear();
+        z.reserve(self.xs.len());
+        for x in self.xs.iter_mut() {
+            half.push(split(x));
+            z.push(z_of(*x, w));
+        }
+        self.z = Arc::new(z);
+        self.z_ok = true;
+        (half, sent_w)
+    }
+}
+
 /// Replaces `x` by `(x + peer) / 2`, element by element: in place when nothing else holds `x`,
 /// else into a fresh vector (the same bits, without first copying `x` only to overwrite it).
 fn average_into(x: &mut Arc<Vec<f32>>, peer: &[f32]) {
@@ -293,13 +409,6 @@ fn average_into(x: &mut Arc<Vec<f32>>, peer: &[f32]) {
         Some(own) => own.iter_mut().zip(peer).for_each(|(a, b)| *a = (*a + b) * 0.5),
         None => *x = Arc::new(x.iter().zip(peer).map(|(a, b)| (a + b) * 0.5).collect()),
     }
-}
-
-/// Splits `v` in two: returns `floor(v/2)` and keeps the rest, so the two parts sum to `v` exactly.
-fn split(v: &mut i64) -> i64 {
-    let half = v.div_euclid(2);
-    *v -= half;
-    half
 }
 
 impl Protocol for GossipNode {
@@ -314,6 +423,8 @@ impl Protocol for GossipNode {
         if self.push() {
             self.w = if restarted { 0 } else { W_ONE };
             self.xs = init.iter().map(|&x| if restarted { 0 } else { to_fixed(x as f64) }).collect();
+            self.pending.clear();
+            self.z_ok = false;
         } else {
             self.x = Arc::new(init);
         }
@@ -350,13 +461,19 @@ impl Protocol for GossipNode {
                 }
             }
             GossipMsg::PushAck { seq } => {
-                self.unacked.remove(&seq);
+                if let Some((_, x, _)) = self.unacked.remove(&seq) {
+                    // The receiver has dropped it (in the simulator): its buffer serves again.
+                    if let Ok(buf) = Arc::try_unwrap(x) {
+                        if self.spare.len() < 2 {
+                            self.spare.push(buf);
+                        }
+                    }
+                }
             }
             GossipMsg::PushSum { seq, x, w } => {
                 ctx.send(from, GossipMsg::PushAck { seq }, 64);
                 let idle = self.w <= 0 && self.job.is_none();
-                self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a = a.saturating_add(*b));
-                self.w += w;
+                self.absorb(x, w);
                 if idle {
                     self.compute(ctx);
                 }
@@ -370,8 +487,7 @@ impl Protocol for GossipNode {
                 ctx.note(format!("push to peer {peer} not acknowledged; taking its mass back"));
                 self.suspect_until.insert(peer, ctx.now() + self.timeout().mul_f64(4.0));
                 let idle = self.w <= 0 && self.job.is_none();
-                self.xs.iter_mut().zip(&x).for_each(|(a, b)| *a = a.saturating_add(*b));
-                self.w += w;
+                self.absorb(x, w);
                 if idle {
                     self.compute(ctx);
                 }
@@ -395,19 +511,10 @@ impl Protocol for GossipNode {
             return;
         }
         self.job = None;
-        if self.push() {
-            if !grad.is_empty() {
-                let z = self.z();
-                let mut stepped = z.clone();
-                self.opt.apply(&mut stepped, &grad);
-                // Scale the step by w so that z = x/w moves by exactly one optimizer step,
-                // whatever the node's weight (fast gossipers lose weight, stragglers gain it).
-                let w = self.w as f64 / W_ONE as f64;
-                for (x, (s, z)) in self.xs.iter_mut().zip(stepped.iter().zip(&z)) {
-                    *x = x.saturating_add(to_fixed(w * (s - z) as f64));
-                }
-            }
-        } else {
+        if self.push() && !grad.is_empty() {
+            return self.push_step(ctx, &grad);
+        }
+        if !self.push() {
             self.opt.apply(Arc::make_mut(&mut self.x).as_mut_slice(), &grad);
         }
         self.steps += 1;
@@ -422,6 +529,7 @@ impl Protocol for GossipNode {
         self.job = None;
         self.outstanding = None;
         self.unacked.clear();
+        self.z_ok = false;
         self.life = Life::Crashed;
     }
 
@@ -434,7 +542,8 @@ impl Protocol for GossipNode {
         if self.life == Life::Recovering {
             View::Nothing
         } else if self.push() {
-            View::Replica { params: self.z().into(), weight: if self.w > 0 { 1.0 } else { 0.0 } }
+            let z = if self.z_ok { (&self.z[..]).into() } else { self.z_fresh().into() };
+            View::Replica { params: z, weight: if self.w > 0 { 1.0 } else { 0.0 } }
         } else {
             View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
         }

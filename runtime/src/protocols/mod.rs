@@ -4,6 +4,7 @@
 pub mod async_ps;
 pub mod easgd;
 pub mod gossip;
+pub mod push_sum;
 pub mod service;
 pub mod sync;
 
