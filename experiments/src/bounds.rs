@@ -47,7 +47,7 @@ fn groups(spec: &Spec, c: &dsgd_runtime::protocols::sync::SyncConfig) -> (f64, f
 /// The buckets of a synchronous all-reduce (1 without `algorithm.buckets`): one per cap's worth
 /// of the message, and no more than the model's layers.
 fn buckets(spec: &Spec) -> f64 {
-    let AlgorithmConfig::Sync(SyncConfig { buckets: Some(b), .. }) = &spec.algorithm else { return 1.0 };
+    let Some(SyncConfig { buckets: Some(b), .. }) = spec.algorithm.sync() else { return 1.0 };
     let bytes = 4.0 * wire_params(&spec.workload);
     let mb = dsgd_runtime::protocols::sync::buckets::MB;
     let by_size = 1.0 + ((bytes - b.first_mb * mb).max(0.0) / (b.cap_mb * mb)).ceil();
@@ -59,8 +59,15 @@ fn messages_per_gradient(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
     match &spec.algorithm {
         AlgorithmConfig::Sync(c) if c.backup_workers > 0 => 2.0,
-        AlgorithmConfig::Sync(c) => {
-            buckets(spec)
+        AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) => {
+            let c = &spec.algorithm.sync().expect("synchronous");
+            // Local SGD all-reduces once every `local_steps` gradients.
+            let rounds = match &spec.algorithm {
+                AlgorithmConfig::LocalSgd(l) => 1.0 / l.local_steps.max(1) as f64,
+                _ => 1.0,
+            };
+            rounds
+                * buckets(spec)
                 * match c.collective {
                     CollectiveKind::Ring => 2.0 * (n - 1.0),
                     CollectiveKind::Tree => 2.0,
@@ -133,8 +140,8 @@ pub fn estimate(spec: &Spec) -> Estimate {
     // Each rank: its parameters, the optimizer's velocity, a gradient and about one message's
     // copy in flight.
     let replicas = ranks as f64 * params * 4.0 * 4.0;
-    let schedules = match &spec.algorithm {
-        AlgorithmConfig::Sync(c) if c.backup_workers == 0 => {
+    let schedules = match spec.algorithm.sync() {
+        Some(c) if c.backup_workers == 0 => {
             // Each member's schedule and the run's copy of it (72-byte steps), or what computes it.
             let per_member = match c.collective {
                 // Computed on demand, one step at a time.
@@ -143,7 +150,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
                 CollectiveKind::HalvingDoubling => (2.0 * n.log2().ceil() + 2.0) * 72.0 * 2.0,
                 CollectiveKind::Analytic | CollectiveKind::AnalyticHierarchical => 0.0,
                 // Computed on demand from the member's list of group starts (r + 1 words).
-                CollectiveKind::Hierarchical => (groups(spec, c).1 + 1.0) * 8.0,
+                CollectiveKind::Hierarchical => (groups(spec, &c).1 + 1.0) * 8.0,
             };
             n * per_member * buckets(spec)
         }

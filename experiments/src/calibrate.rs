@@ -21,7 +21,6 @@ use dsgd_runtime::collectives::{CollectiveKind, Run, Schedule};
 use dsgd_runtime::mpi_exec::outbox::Outbox;
 use dsgd_runtime::mpi_exec::{self, precise_sleeps, try_receive};
 use dsgd_runtime::protocols::sync::SyncMsg;
-use dsgd_runtime::runner::AlgorithmConfig;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use std::collections::BTreeMap;
@@ -61,7 +60,9 @@ impl Pattern {
     /// gossip partners) at unaligned times.
     pub fn of(spec: &Spec, ranks: usize) -> Pattern {
         match &spec.algorithm {
-            AlgorithmConfig::Sync(c) if c.backup_workers == 0 && !c.collective.is_analytic() => Pattern::Ring,
+            _ if spec.algorithm.sync().is_some_and(|c| c.backup_workers == 0 && !c.collective.is_analytic()) => {
+                Pattern::Ring
+            }
             _ if ranks > 2 => Pattern::Pairs,
             _ => Pattern::Pair,
         }
@@ -292,10 +293,8 @@ pub fn largest_message(spec: &Spec) -> Result<usize> {
 pub fn bulk_message(spec: &Spec, ranks: usize) -> Result<usize> {
     let r = spec.resolve()?;
     let params = r.workload.param_count();
-    Ok(match &spec.algorithm {
-        AlgorithmConfig::Sync(c)
-            if Pattern::of(spec, ranks) == Pattern::Ring && c.collective == CollectiveKind::Ring =>
-        {
+    Ok(match spec.algorithm.sync() {
+        Some(c) if Pattern::of(spec, ranks) == Pattern::Ring && c.collective == CollectiveKind::Ring => {
             4 * params.div_ceil(r.workers.max(1))
         }
         _ => largest_message(spec)?,
@@ -414,10 +413,8 @@ pub fn step_summary(steps: &[Vec<f64>], floor_s: f64) -> Option<(f64, f64)> {
 /// spec has one rank a worker and as many workers as ranks), seconds.
 pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<f64>> {
     let r = spec.resolve()?;
-    match &spec.algorithm {
-        AlgorithmConfig::Sync(c)
-            if Pattern::of(spec, r.workers) == Pattern::Ring && r.workers == world.size() as usize =>
-        {
+    match spec.algorithm.sync() {
+        Some(c) if Pattern::of(spec, r.workers) == Pattern::Ring && r.workers == world.size() as usize => {
             let dim = dsgd_runtime::collectives::wire_params(r.workload.as_ref());
             Ok(Some(all_reduce(world, c.collective, dim, 20)))
         }

@@ -39,7 +39,7 @@ fn refused(field: &str, problem: String) -> Error {
 /// a fault other than a crash or restart, or an analytic collective (it charges a modelled delay
 /// where a real run has a real network).
 pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>> {
-    if let AlgorithmConfig::Sync(c) = &spec.algorithm {
+    if let Some(c) = spec.algorithm.sync() {
         if c.collective.is_analytic() {
             return Err(refused(
                 "algorithm.collective",
@@ -72,8 +72,7 @@ pub fn for_real(spec: &Spec) -> Result<Vec<RealCrash>> {
         ));
     }
     if let Some(t) = charged_time(&spec.algorithm).filter(|&t| t > 0.0) {
-        let field =
-            if matches!(spec.algorithm, AlgorithmConfig::Sync(_)) { "message_time_us" } else { "update_time_us" };
+        let field = if spec.algorithm.sync().is_some() { "message_time_us" } else { "update_time_us" };
         return Err(refused(
             &format!("algorithm.{field}"),
             format!(
@@ -266,6 +265,9 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
         AlgorithmConfig::Sync(c) if exchanges_chunks(c) => {
             c.message_time_us = handling_us(real, 0..real.handling.len())
         }
+        AlgorithmConfig::LocalSgd(c) if exchanges_chunks(&c.sync()) => {
+            c.message_time_us = handling_us(real, 0..real.handling.len())
+        }
         _ => {}
     }
     if charges_receive(&s.algorithm) {
@@ -288,7 +290,8 @@ fn charged_time(a: &AlgorithmConfig) -> Option<f64> {
         AlgorithmConfig::AsyncPs(c) => Some(c.update_time_us),
         AlgorithmConfig::Easgd(c) => Some(c.update_time_us),
         AlgorithmConfig::Sync(c) if exchanges_chunks(c) => Some(c.message_time_us),
-        AlgorithmConfig::Sync(_) | AlgorithmConfig::Gossip(_) => None,
+        AlgorithmConfig::LocalSgd(c) if exchanges_chunks(&c.sync()) => Some(c.message_time_us),
+        AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) | AlgorithmConfig::Gossip(_) => None,
     }
 }
 
@@ -296,7 +299,7 @@ fn charged_time(a: &AlgorithmConfig) -> Option<f64> {
 /// `compute.receive_time_us`: every algorithm but sync with a message-level collective, whose
 /// chunks `message_time_us` charges.
 fn charges_receive(a: &AlgorithmConfig) -> bool {
-    !matches!(a, AlgorithmConfig::Sync(c) if exchanges_chunks(c))
+    !a.sync().is_some_and(|c| exchanges_chunks(&c))
 }
 
 /// True if sync's workers reduce by a message-level collective, chunk by chunk (no backup

@@ -165,6 +165,18 @@ fn a_real_run_writes_the_simulators_formats_and_survives_a_crash() {
     assert!(csv.lines().count() >= 4, "{csv}");
     // Losses fall on the live ranks.
     assert!(s["final_loss"].as_f64().unwrap() < 10.0, "{s}");
+    // Local SGD's survivors form a new membership and go on averaging.
+    let spec = specs().join("sync.json").display().to_string();
+    let local = r#"algorithm={"kind":"local_sgd","local_steps":2,"timeout_s":0.5}"#;
+    let crash = r#"faults=[{"kind":"crash","node":3,"at_s":0.7}]"#;
+    let args = ["real", &spec, "--out", "l", "--set", "stop.sim_time_s=3", "--set", local, "--set", crash];
+    let o = mpirun(dir.path(), 4, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("l/summary.json")).unwrap()).unwrap();
+    assert_eq!(s["faults"]["crashes"], 1, "{s}");
+    assert!(s["iterations"].as_u64().unwrap() > 20, "rounds go on after the crash: {s}");
+    assert!(s["final_loss"].as_f64().unwrap() < 10.0, "{s}");
 }
 
 #[test]
@@ -271,8 +283,10 @@ fn the_simulator_and_the_mpi_executor_end_a_deterministic_sync_run_with_the_same
     // same named streams and sum the ring's chunks in the same order, so every rank's replica
     // must end bit for bit the same in both (the loss of each is compared exactly). The MLP
     // runs with a bucket per layer, all-reduced one after another after the gradient.
+    // And local SGD: three local steps with momentum, DiLoCo's outer step, halving-doubling.
     let buckets = r#"algorithm={"kind":"sync","buckets":{"cap_mb":1e-6,"first_mb":1e-6}}"#;
-    for (name, extra) in [("sync.json", None), ("sync_mlp.json", Some(buckets))] {
+    let local = r#"algorithm={"kind":"local_sgd","local_steps":3,"collective":"halving_doubling","outer":{"kind":"nesterov","lr":0.7,"momentum":0.9}}"#;
+    for (name, extra) in [("sync.json", None), ("sync_mlp.json", Some(buckets)), ("sync.json", Some(local))] {
         same_replicas(name, extra);
     }
 }
@@ -280,8 +294,17 @@ fn the_simulator_and_the_mpi_executor_end_a_deterministic_sync_run_with_the_same
 fn same_replicas(name: &str, extra: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let spec = specs().join(name).display().to_string();
-    let mut sets =
-        vec!["--set", "stop.iterations=15", "--set", "stop.sim_time_s=100", "--set", "stop.target_loss=null"];
+    // 20 ms steps, so that no rank finishes a gradient between the last iteration and the stop.
+    let mut sets = vec![
+        "--set",
+        "stop.iterations=15",
+        "--set",
+        "stop.sim_time_s=100",
+        "--set",
+        "stop.target_loss=null",
+        "--set",
+        "compute.step_time_ms=20",
+    ];
     if let Some(e) = extra {
         sets.extend(["--set", e]);
     }

@@ -55,6 +55,16 @@ const REFUSED: &[(&str, &str)] = &[
     (r#"{"workload":{"kind":"timing","profile":"vgg"}}"#, "workload.profile"),
     (r#"{"workload":{"kind":"timing","profile":[]}}"#, "workload.profile"),
     (r#"{"workload":{"kind":"timing","profile":[{"params":0,"flops":1}]}}"#, "workload.profile[0].params"),
+    // Local SGD: at least one local step, a sound outer step, no overlap of a change not yet made.
+    (r#"{"algorithm":{"kind":"local_sgd","local_steps":0}}"#, "algorithm.local_steps"),
+    (r#"{"algorithm":{"kind":"local_sgd","outer":{"kind":"nesterov","lr":0,"momentum":0.9}}}"#, "algorithm.outer.lr"),
+    (
+        r#"{"algorithm":{"kind":"local_sgd","outer":{"kind":"nesterov","lr":0.7,"momentum":1}}}"#,
+        "algorithm.outer.momentum",
+    ),
+    (r#"{"algorithm":{"kind":"local_sgd","buckets":{"overlap":true}}}"#, "algorithm.buckets.overlap"),
+    (r#"{"algorithm":{"kind":"local_sgd","backup_workers":1}}"#, "algorithm.backup_workers"),
+    (r#"{"algorithm":{"kind":"local_sgd","collective":"analytic","buckets":{}}}"#, "algorithm.buckets"),
     // A name is not a path.
     (r#"{"name":"../../escape"}"#, "name"),
     (r#"{"name":"/tmp/abs"}"#, "name"),

@@ -10,6 +10,7 @@ use crate::protocol::{Protocol, Role};
 use crate::protocols::async_ps::{PsConfig, PsRole, PsWorker, Shard};
 use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
 use crate::protocols::gossip::{GossipConfig, GossipNode};
+use crate::protocols::sync::local::LocalSgdConfig;
 use crate::protocols::sync::{SyncConfig, SyncWorker};
 use crate::sim_exec::SimExecutor;
 use crate::timing::GradientTiming;
@@ -32,6 +33,8 @@ pub enum AlgorithmConfig {
     Easgd(EasgdConfig),
     /// Gossip SGD.
     Gossip(GossipConfig),
+    /// Local SGD: local steps, then an average (on the synchronous worker's machinery).
+    LocalSgd(LocalSgdConfig),
 }
 
 impl AlgorithmConfig {
@@ -46,6 +49,16 @@ impl AlgorithmConfig {
             AlgorithmConfig::Gossip(c) => {
                 format!("gossip-{}", if c.mode == crate::protocols::gossip::GossipMode::Push { "push" } else { "pull" })
             }
+            AlgorithmConfig::LocalSgd(_) => "local_sgd".into(),
+        }
+    }
+
+    /// The synchronous worker's configuration of `sync` and `local_sgd` (`None` for the others).
+    pub fn sync(&self) -> Option<SyncConfig> {
+        match self {
+            AlgorithmConfig::Sync(c) => Some(*c),
+            AlgorithmConfig::LocalSgd(c) => Some(c.sync()),
+            _ => None,
         }
     }
 
@@ -77,6 +90,10 @@ impl AlgorithmConfig {
             AlgorithmConfig::AsyncPs(c) => check_ps(c).map(|()| c.timeout_s)?,
             AlgorithmConfig::Easgd(c) => check_easgd(c).map(|()| c.timeout_s)?,
             AlgorithmConfig::Gossip(c) => check_gossip(c).map(|()| c.timeout_s)?,
+            AlgorithmConfig::LocalSgd(c) => {
+                c.check().map_err(|(field, problem)| ConfigError::new(field, problem))?;
+                check_sync(&c.sync(), workers, net).map(|()| c.timeout_s)?
+            }
         };
         if !(timeout.is_finite() && timeout > 0.0) {
             return Err(ConfigError::new("timeout_s", "must be a positive number of seconds"));
@@ -273,7 +290,8 @@ pub fn with_roles<D: Drive>(
     train.validate()?;
     let (batch, opt) = (train.batch, train.optimizer);
     Ok(match *algorithm {
-        AlgorithmConfig::Sync(mut c) => {
+        AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) => {
+            let mut c = algorithm.sync().expect("synchronous");
             c.fill_from(net);
             let all = SyncWorker::initial(&c, workers);
             let roles: Vec<SyncWorker> = (0..workers).map(|_| SyncWorker::with_members(c, batch, opt, &all)).collect();

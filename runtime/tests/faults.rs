@@ -9,6 +9,7 @@ use dsgd_runtime::outcome::{RunResult, StopReason};
 use dsgd_runtime::protocols::async_ps::PsConfig;
 use dsgd_runtime::protocols::easgd::EasgdConfig;
 use dsgd_runtime::protocols::gossip::{GossipConfig, GossipMode};
+use dsgd_runtime::protocols::sync::local::{LocalSgdConfig, Outer};
 use dsgd_runtime::protocols::sync::{BucketConfig, SyncConfig};
 use dsgd_runtime::runner::AlgorithmConfig;
 use dsgd_sim::{Fault, SimTime};
@@ -32,6 +33,15 @@ fn algorithms() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::Sync(SyncConfig { backup_workers: 1, ..sync }),
         AlgorithmConfig::Sync(SyncConfig { buckets: Some(tiny_buckets(false)), ..sync }),
         AlgorithmConfig::Sync(SyncConfig { buckets: Some(tiny_buckets(true)), ..sync }),
+        AlgorithmConfig::LocalSgd(LocalSgdConfig { timeout_s: TIMEOUT, local_steps: 4, ..Default::default() }),
+        AlgorithmConfig::LocalSgd(LocalSgdConfig {
+            timeout_s: TIMEOUT,
+            local_steps: 2,
+            outer: Outer::Nesterov { lr: 0.7, momentum: 0.9 },
+            collective: CollectiveKind::HalvingDoubling,
+            buckets: Some(tiny_buckets(false)),
+            ..Default::default()
+        }),
         AlgorithmConfig::AsyncPs(PsConfig { timeout_s: TIMEOUT, ..Default::default() }),
         AlgorithmConfig::AsyncPs(PsConfig {
             timeout_s: TIMEOUT,
@@ -63,7 +73,7 @@ fn run_with(alg: AlgorithmConfig, faults: Vec<Fault>, slow: Option<(usize, f64)>
     let mut t = train(END);
     t.optimizer.lr = 0.2;
     t.eval.every_s = 0.25;
-    let bucketed = matches!(alg, AlgorithmConfig::Sync(SyncConfig { buckets: Some(_), .. }));
+    let bucketed = alg.sync().is_some_and(|c| c.buckets.is_some());
     go(alg, WORKERS, &sim, if bucketed { layered_quadratic() } else { quadratic() }, t)
 }
 
@@ -90,7 +100,7 @@ fn every_algorithm_survives_a_worker_crash() {
         healthy(&label, &r);
         assert!(noted(&r, 1, "crashed"), "{label}");
         assert_eq!(r.samples_live_at_end(), WORKERS - 1 + servers(&alg), "{label}");
-        if let AlgorithmConfig::Sync(SyncConfig { backup_workers: 0, .. }) = alg {
+        if alg.sync().is_some_and(|c| c.backup_workers == 0) {
             assert!(
                 r.metrics.notes.iter().any(|n| n.what.contains("members [0, 2, 3]")),
                 "{label}: {:?}",

@@ -47,6 +47,7 @@ pub(super) struct Report {
     pub iteration_ns: Vec<u64>,
     pub notes: Vec<Note>,
     pub timeline: Vec<Interval>,
+    #[serde(with = "every_field")]
     pub times: TimeBreakdown,
     /// `(evaluation index, cumulative updates of this rank, live, view)`.
     pub snapshots: Vec<(usize, u64, bool, OwnedView)>,
@@ -66,6 +67,22 @@ pub(super) struct Report {
     /// How long each gradient took, in the order started: from the compute thread taking it up
     /// to the loop handing it over (or dropping it, after a crash).
     pub gradient_ns: Vec<u64>,
+}
+
+/// A time breakdown with every field, for bincode: the summary's format leaves `overlapped` out
+/// when it is zero, which a format that does not describe itself cannot read back.
+mod every_field {
+    use super::TimeBreakdown;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &TimeBreakdown, s: S) -> Result<S::Ok, S::Error> {
+        (t.computing, t.communicating, t.idle, t.crashed, t.overlapped).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<TimeBreakdown, D::Error> {
+        let (computing, communicating, idle, crashed, overlapped) = Deserialize::deserialize(d)?;
+        Ok(TimeBreakdown { computing, communicating, idle, crashed, overlapped })
+    }
 }
 
 /// Rank 0 turns every rank's report into the run's result.

@@ -23,6 +23,7 @@
 //! in [`reduce`], the probes, joins and state hand-offs in [`membership`].
 
 pub mod buckets;
+pub mod local;
 mod membership;
 mod pipeline;
 mod reduce;
@@ -62,6 +63,9 @@ pub struct SyncConfig {
     /// the whole gradient in one all-reduce). Message-level collectives only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buckets: Option<BucketConfig>,
+    /// Rounds of local SGD (set from `local_sgd`'s configuration, never read from a spec).
+    #[serde(skip)]
+    pub local: Option<local::Rounds>,
 }
 
 impl SyncConfig {
@@ -98,6 +102,7 @@ impl Default for SyncConfig {
             group_size: None,
             message_time_us: 0.0,
             buckets: None,
+            local: None,
         }
     }
 }
@@ -338,6 +343,8 @@ pub struct SyncWorker {
     gathered: reduce::Gathered,
     /// Chunks waiting to be handled (when `message_time_us > 0`).
     chunks: Service<SyncMsg>,
+    /// Local SGD: the worker's round of local steps (`opt` is then the outer optimizer).
+    local: Option<local::Local>,
 }
 
 /// The initial membership, shared by every worker.
@@ -369,13 +376,17 @@ impl SyncWorker {
     pub fn with_members(cfg: SyncConfig, batch: usize, opt: OptimizerConfig, initial: &Initial) -> Self {
         let Initial { now, groups } = initial.clone();
         let mode = Mode::of(&cfg);
+        let workers = now.members.len();
+        let rounds = cfg.local.filter(|r| !r.is_sync(&opt));
+        let local = rounds.map(|r| local::Local::new(r.h, opt, 0, workers));
+        let opt = rounds.map_or(opt, |r| r.outer_optimizer());
         SyncWorker {
             cfg,
             mode,
             batch,
             opt_cfg: opt,
             params: Default::default(),
-            opt: Sgd::new(opt, 0, now.members.len()),
+            opt: Sgd::new(opt, 0, workers),
             now,
             done: 0,
             stage: Step::Computing(Gradient::Absent),
@@ -387,6 +398,7 @@ impl SyncWorker {
             collective: reduce::CollectiveState::new(groups),
             gathered: reduce::Gathered::new(),
             chunks: Service::new(cfg.message_time_us),
+            local,
         }
     }
 
@@ -436,6 +448,9 @@ impl SyncWorker {
     /// Starts computing the gradient of iteration `done` at the current parameters.
     fn begin_iteration(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         self.iter_start = ctx.now();
+        if let Some(l) = self.local.as_mut() {
+            l.begin();
+        }
         let (job, due) = ctx.start_gradient_due(self.params.clone(), self.batch);
         self.stage = Step::Computing(Gradient::Pending(job));
         if self.cfg.buckets.is_some() {
@@ -460,6 +475,9 @@ impl Protocol for SyncWorker {
         let init = ctx.workload().init();
         self.params = Self::share(ctx, init);
         self.opt = Sgd::new(self.opt_cfg, self.params.len(), ctx.ranks());
+        if let Some(l) = self.local.as_mut() {
+            *l = local::Local::new(l.h, l.inner_cfg, self.params.len(), ctx.ranks());
+        }
         let velocity = ctx.sharing().share(self.opt.shared_velocity().clone());
         self.opt.adopt_shared(velocity, 0);
         ctx.set_timer(self.timeout(), HELLO);
@@ -513,7 +531,19 @@ impl Protocol for SyncWorker {
     fn on_gradient(&mut self, ctx: &mut dyn Context<SyncMsg>, job: JobId, grad: Vec<f32>, _loss: f64) {
         match &self.stage {
             Step::Computing(Gradient::Pending(j)) if *j == job => {
-                self.stage = Step::Computing(Gradient::Ready(Arc::new(grad)));
+                let ready = match self.local.as_mut() {
+                    // Local SGD: a local step; the round's change once its H steps are done.
+                    Some(l) => {
+                        if !l.step(&self.params, &grad) {
+                            let next = l.model(&self.params).clone();
+                            self.stage = Step::Computing(Gradient::Pending(ctx.start_gradient(next, self.batch)));
+                            return;
+                        }
+                        l.change(&self.params)
+                    }
+                    None => grad,
+                };
+                self.stage = Step::Computing(Gradient::Ready(Arc::new(ready)));
                 if self.probing.is_none() {
                     self.start_reduce(ctx);
                 }
@@ -527,6 +557,9 @@ impl Protocol for SyncWorker {
     }
 
     fn on_crash(&mut self) {
+        if let Some(l) = self.local.as_mut() {
+            l.begin();
+        }
         self.probing = None;
         self.stage = Step::Crashed;
         self.watchdog = membership::Watchdog::default();
@@ -547,7 +580,8 @@ impl Protocol for SyncWorker {
         if self.stage().awaits_state() {
             View::Nothing
         } else {
-            View::Replica { params: (&self.params[..]).into(), weight: 1.0 }
+            let model = self.local.as_ref().map_or(&self.params, |l| l.model(&self.params));
+            View::Replica { params: (&model[..]).into(), weight: 1.0 }
         }
     }
 
