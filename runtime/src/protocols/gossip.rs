@@ -248,8 +248,19 @@ impl GossipNode {
 
     /// Adds every message waiting to `x`.
     fn settle(&mut self) {
-        for m in self.pending.drain(..) {
+        for m in std::mem::take(&mut self.pending) {
             push_sum::absorb(&mut self.xs, &m);
+            self.recycle(m);
+        }
+    }
+
+    /// Keeps a pushed half nobody else holds as the buffer of a later push (any node's buffer
+    /// fits any other's): fresh pages cost more than the arithmetic done in them.
+    fn recycle(&mut self, m: Arc<Vec<i64>>) {
+        if let Ok(buf) = Arc::try_unwrap(m) {
+            if self.spare.len() < 2 {
+                self.spare.push(buf);
+            }
         }
     }
 
@@ -362,17 +373,20 @@ impl GossipNode {
         let w = self.w as f64 / W_ONE as f64;
         let sent_w = peer.map(|_| split(&mut self.w));
         let kept = self.w as f64 / W_ONE as f64;
-        let mut half = if peer.is_some() { self.spare.pop().unwrap_or_default() } else { Vec::new() };
         let mut z = self.take_z();
         let z_valid = self.z_ok;
         let last = self.pending.pop();
         self.settle();
+        let mut half = if peer.is_some() { self.spare.pop().unwrap_or_default() } else { Vec::new() };
         let (rule, velocity) = self.opt.take_step(1.0);
         let sent = peer.map(|_| (&mut half, kept));
         let incoming = last.as_deref().map(|v| v.as_slice());
         push_sum::Step { xs: &mut self.xs, incoming, grad, rule, velocity, w, sent, z: &mut z, z_valid }.run();
         self.z = Arc::new(z);
         self.z_ok = true;
+        if let Some(m) = last {
+            self.recycle(m);
+        }
         if let (Some(peer), Some(sent_w)) = (peer, sent_w) {
             self.send_push(ctx, peer, half, sent_w);
         }
@@ -462,12 +476,7 @@ impl Protocol for GossipNode {
             }
             GossipMsg::PushAck { seq } => {
                 if let Some((_, x, _)) = self.unacked.remove(&seq) {
-                    // The receiver has dropped it (in the simulator): its buffer serves again.
-                    if let Ok(buf) = Arc::try_unwrap(x) {
-                        if self.spare.len() < 2 {
-                            self.spare.push(buf);
-                        }
-                    }
+                    self.recycle(x); // if the receiver has added it already
                 }
             }
             GossipMsg::PushSum { seq, x, w } => {
