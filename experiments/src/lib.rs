@@ -7,7 +7,8 @@
 //! - [`execute`]: one simulated run; [`output`]: `summary.json`, the CSVs and atomic run folders;
 //!   [`diff`]: comparing runs.
 //! - [`sweep`]: grids, resume and parallel runs; [`analysis`]: `runs.csv`, `aggregate.csv` and
-//!   intervals; [`report`]: `report.md`; [`plot`]: the figures.
+//!   intervals; [`report`]: `report.md`, with [`verdict`]: which algorithm is fastest to the
+//!   target at each node count, and whether significantly; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
 //!   times per size and pattern, the spec's all-reduce and gradient steps.
 //! - [`error`]: the library's errors, one enum a caller can match.
@@ -32,5 +33,6 @@ pub mod report;
 pub mod scalebench;
 pub mod spec;
 pub mod sweep;
+pub mod verdict;
 
 pub use error::{Error, Result};

@@ -209,6 +209,14 @@ pub fn report_md(title: &str, runs: &[RunRecord], rows: &[AggregateRow], best: &
          algorithm whose 95% confidence interval overlaps it (a tie). Intervals are Student-t over seeds; a \
          single seed has none.\n\n",
     );
+    if runs.iter().any(|r| r.spec.stop.target_loss.is_some() || r.spec.stop.target_accuracy.is_some()) {
+        let mut times: BTreeMap<(usize, String), Vec<Option<f64>>> = BTreeMap::new();
+        for r in crate::analysis::best_runs(runs) {
+            times.entry((r.spec.nodes, r.summary.algorithm.clone())).or_default().push(r.summary.time_to_target_s);
+        }
+        md.push_str(&crate::verdict::verdicts_md(&crate::verdict::verdicts(&times)));
+        md.push('\n');
+    }
     let has_acc = best.iter().any(|r| r.final_accuracy.0.is_finite());
     for m in METRICS.iter().filter(|m| has_acc || !m.title.starts_with("Final accuracy")) {
         md.push_str(&pivot(best, m));
