@@ -87,6 +87,8 @@ struct Metric {
     /// Cell text.
     text: fn(&AggregateRow) -> String,
     higher_is_better: bool,
+    /// The figures (file stems in `plots/`) that illustrate the table, shown beside it.
+    figures: &'static [&'static str],
 }
 
 fn interval(v: (f64, f64)) -> (f64, f64) {
@@ -160,24 +162,28 @@ const METRICS: [Metric; 4] = [
         value: |r| r.time_to_target.mean_reached_s,
         text: time_to_target_text,
         higher_is_better: false,
+        figures: &["time_to_target_vs_nodes", "accuracy_vs_time", "loss_vs_time"],
     },
     Metric {
         title: "Final loss (mean ± 95% CI)",
         value: |r| r.final_loss,
         text: |r| if r.final_loss.0.is_finite() { pm(r.final_loss, 4) } else { remarks(r) },
         higher_is_better: false,
+        figures: &["consensus_distance"],
     },
     Metric {
         title: "Final accuracy (mean ± 95% CI)",
         value: |r| r.final_accuracy,
         text: |r| pm(r.final_accuracy, 3),
         higher_is_better: true,
+        figures: &[],
     },
     Metric {
         title: "Model updates per simulated second (mean ± 95% CI)",
         value: |r| r.updates_per_s,
         text: |r| pm(r.updates_per_s, 1),
         higher_is_better: true,
+        figures: &["throughput_vs_nodes", "speedup_vs_nodes", "time_breakdown"],
     },
 ];
 
@@ -198,9 +204,16 @@ pub fn target_text(runs: &[RunRecord]) -> String {
     targets.into_iter().collect::<Vec<_>>().join("; ")
 }
 
-/// `report.md` of a sweep: the target, the pivot tables of the best variants, the chosen
-/// variants, and every variant.
-pub fn report_md(title: &str, runs: &[RunRecord], rows: &[AggregateRow], best: &[AggregateRow]) -> String {
+/// `report.md` of a sweep: the target, the verdicts, the pivot tables of the best variants each
+/// with the figures drawn from the same variants beside it (`figures`: the stems of the files in
+/// `plots/`; a figure not drawn is not shown), the chosen variants, and every variant.
+pub fn report_md(
+    title: &str,
+    runs: &[RunRecord],
+    rows: &[AggregateRow],
+    best: &[AggregateRow],
+    figures: &BTreeSet<String>,
+) -> String {
     let mut md = format!("# {title}\n\n");
     let _ = writeln!(md, "**Target:** {}. {} runs in {} groups.\n", target_text(runs), runs.len(), rows.len());
     md.push_str(
@@ -221,6 +234,9 @@ pub fn report_md(title: &str, runs: &[RunRecord], rows: &[AggregateRow], best: &
     for m in METRICS.iter().filter(|m| has_acc || !m.title.starts_with("Final accuracy")) {
         md.push_str(&pivot(best, m));
         md.push('\n');
+        for f in m.figures.iter().filter(|f| figures.contains(**f)) {
+            let _ = writeln!(md, "![{f}](plots/{f}.png)\n");
+        }
     }
     if best.iter().any(|r| !r.variant.is_empty()) {
         md.push_str("### The best variant of each cell\n\n| algorithm | nodes | variant |\n|---|---:|---|\n");

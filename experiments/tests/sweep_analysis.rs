@@ -197,4 +197,17 @@ fn the_over_time_figure_draws_the_picked_variant_and_reaches_the_target_when_the
     let crossing = line.points.iter().find(|p| p.1 <= 0.05).map(|p| p.0);
     assert_eq!(crossing, Some(median), "the line reaches the target when the table says");
     assert!(line.band.iter().all(|b| b.1 <= b.2), "a band from the lowest to the highest seed");
+    // report.md shows each figure beside the table it illustrates, and only figures drawn.
+    let md = std::fs::read_to_string(dir.path().join("out/report.md")).unwrap();
+    let table = md.find("### Time to target").expect("the time-to-target table");
+    let figure = md.find("![loss_vs_time](plots/loss_vs_time.png)").expect("the loss figure");
+    let next = md[table + 1..].find("### ").map_or(md.len(), |i| table + 1 + i);
+    assert!(table < figure && figure < next, "the figure follows its table:\n{md}");
+    for line in md.lines().filter(|l| l.starts_with("![")) {
+        let path = line.split("](").nth(1).unwrap().trim_end_matches(')');
+        assert!(dir.path().join("out").join(path).exists(), "{path} is drawn");
+    }
+    assert!(!md.contains("accuracy_vs_time"), "no accuracy figure for a model without accuracy");
+    // And a verdict per node count.
+    assert!(md.contains("### Verdicts") && md.contains("| 4 | sync ("), "{md}");
 }

@@ -76,10 +76,11 @@ pub fn finish_sweep(dir: &Path, draw: bool, out: Out) -> anyhow::Result<Vec<RunR
     } else {
         say!(out, "{}", report::table(&rows));
     }
-    let md = report::report_md(&dir.display().to_string(), &runs, &rows, &best);
+    let files = if draw { plot::all(&runs, &dir.join("plots"))? } else { Vec::new() };
+    let drawn = files.iter().filter_map(|f| Some(f.file_stem()?.to_str()?.to_string())).collect();
+    let md = report::report_md(&dir.display().to_string(), &runs, &rows, &best, &drawn);
     write_atomic(&dir.join("report.md"), md.as_bytes()).map_err(io)?;
     if draw {
-        let files = plot::all(&runs, &dir.join("plots"))?;
         say!(
             out,
             "report: {}  tables: runs.csv, aggregate.csv  figures: {}/ ({} files)",
