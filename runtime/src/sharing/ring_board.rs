@@ -17,8 +17,11 @@
 //!
 //! A member finishes only after every member's first message has passed round the ring, so every
 //! gradient is on the board by then. An entry is dropped once every member that left a gradient
-//! has taken the average or given the iteration up: a probe, or a crash (which the executor
-//! reports, [`SharedRing::crashed`], since a crashed rank does nothing).
+//! has taken the average or given the iteration up (a probe), or once a later iteration of the
+//! same view has begun. A crash (which the executor reports, [`SharedRing::crashed`], since a
+//! crashed rank does nothing) closes the rank's seats but drops no entry by itself: a member that
+//! left its gradient and sent its first message may crash before the others have left theirs,
+//! and they still finish with its values (as they would with the values its message carried).
 
 use super::{RingKey, Seat};
 use crate::collectives::ring;
@@ -75,6 +78,9 @@ impl SharedRing {
     /// thread).
     pub fn deposit(&mut self, seat: Seat, grad: Arc<Vec<f32>>, wire: usize) {
         let Seat { key, of: p, me, rank } = seat;
+        // Earlier iterations of this view that nobody holds open are over (the others gave them
+        // up, or only crashed members were left in them).
+        self.entries.retain(|k, e| !(k.0 == key.0 && k.1 < key.1 && !e.open.iter().any(|&o| o)));
         let e = self.entries.entry(key).or_insert_with(|| Entry {
             grads: vec![None; p],
             open: vec![false; p],
@@ -137,7 +143,9 @@ impl SharedRing {
             .flat_map(|(&k, e)| (0..e.open.len()).filter(|&m| e.open[m] && e.ranks[m] == rank).map(move |m| (k, m)))
             .collect();
         for (key, me) in seats {
-            self.close(key, me);
+            if let Some(open) = self.entries.get_mut(&key).and_then(|e| e.open.get_mut(me)) {
+                *open = false; // the entry stays: see the module's comment
+            }
         }
     }
 
@@ -219,5 +227,22 @@ mod tests {
             board.average((8, 1), m, 10);
         }
         assert_eq!(board.len(), 0, "a crashed rank's seats do not keep an iteration open");
+        // A member that left its gradient and crashed before the others left theirs (found by
+        // `dsgd torture`: its first message had arrived, so the others finish with its values).
+        board.deposit(seat((9, 0), 4, 3), grads[3].clone(), 10);
+        board.crashed(13);
+        for (m, g) in grads.iter().enumerate().take(3) {
+            board.deposit(seat((9, 0), 4, m), g.clone(), 10);
+        }
+        for m in 0..3 {
+            assert_eq!(*board.average((9, 0), m, 10), expect, "the crashed member's gradient counts");
+        }
+        assert_eq!(board.len(), 0);
+        // An iteration only a crashed member left a gradient in is dropped when the view's next
+        // iteration begins.
+        board.deposit(seat((9, 1), 4, 3), grads[3].clone(), 10);
+        board.crashed(13);
+        board.deposit(seat((9, 2), 4, 0), grads[0].clone(), 10);
+        assert_eq!(board.len(), 1);
     }
 }
