@@ -5,6 +5,7 @@ use crate::spec::Spec;
 use crate::{Error, Result};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::runner;
+use dsgd_runtime::sim_exec::Checks;
 use dsgd_runtime::timing::{GradientTiming, Recording};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,13 +27,23 @@ pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome> {
 
 /// [`execute`], with gradient durations from `recording` when given (the replay of a measured run).
 pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> Result<Outcome> {
+    execute_full(spec, trace, recording, None)
+}
+
+/// [`execute`] with the simulation tester's invariants checked after every event, and `checks`
+/// besides: the first violation ends the run with [`dsgd_sim::SimError::Invariant`].
+pub fn execute_checked(spec: &Spec, checks: Checks) -> Result<Outcome> {
+    execute_full(spec, false, None, Some(checks))
+}
+
+fn execute_full(spec: &Spec, trace: bool, recording: Option<Recording>, checks: Option<Checks>) -> Result<Outcome> {
     let mut r = spec.resolve()?;
     r.sim.trace = trace;
     if let Some(rec) = recording {
         r.timing = GradientTiming::Replay(Arc::new(rec));
     }
     let started = Instant::now();
-    let result = runner::run_timed(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing)?;
+    let result = runner::run_checked(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing, checks)?;
     let wall = started.elapsed().as_secs_f64();
     let summary = Summary::new(spec, &result, wall).with_histograms(r.workload.as_ref());
     Ok(Outcome { result, summary })

@@ -11,6 +11,8 @@
 //!   target at each node count, and whether significantly; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
 //!   times per size and pattern, the spec's all-reduce and gradient steps.
+//! - [`torture`]: the deterministic simulation tester (`dsgd torture`): seeded random scenarios
+//!   with faults, checked invariants and liveness, shrinking and a coverage table.
 //! - [`error`]: the library's errors, one enum a caller can match.
 //! - [`gradbench`]: the gradient-step benchmark; [`realbench`]: real gradients through the engine
 //!   against a plain burn loop; [`scalebench`]: the scaling benchmark.
@@ -33,6 +35,7 @@ pub mod report;
 pub mod scalebench;
 pub mod spec;
 pub mod sweep;
+pub mod torture;
 pub mod verdict;
 
 pub use error::{Error, Result};

@@ -46,9 +46,7 @@ pub struct Divergence {
     pub loss: Option<f64>,
 }
 
-/// A run diverged when its consensus loss becomes NaN or infinite, or exceeds this many times
-/// its loss at the first evaluation.
-pub const DIVERGENCE_FACTOR: f64 = 100.0;
+pub use dsgd_runtime::metrics::DIVERGENCE_FACTOR;
 
 /// `summary.json`. Fields added after the first release default when an older file is read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -146,11 +144,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// The first evaluation at which the loss diverged (see [`DIVERGENCE_FACTOR`]).
 pub fn divergence(samples: &[Sample]) -> Option<Divergence> {
-    let first = samples.iter().find_map(|s| s.loss).filter(|l| l.is_finite())?;
-    samples
-        .iter()
-        .find(|s| s.loss.is_some_and(|l| !l.is_finite() || l > DIVERGENCE_FACTOR * first.abs().max(f64::MIN_POSITIVE)))
-        .map(|s| Divergence { time_s: s.time_s, loss: s.loss.and_then(finite) })
+    dsgd_runtime::metrics::diverged_at(samples).map(|s| Divergence { time_s: s.time_s, loss: s.loss.and_then(finite) })
 }
 
 /// FNV-1a hash of the resolved spec's compact JSON, as hex.

@@ -30,10 +30,12 @@
 //! - [`timing`]: gradient durations from the model, measured, or replayed.
 //! - [`error`]: configuration errors with paths relative to the checked configuration.
 //! - [`wire`]: how message vectors are serialised for real runs (one block of bytes).
+//! - [`audit`]: what a protocol shows the simulation tester's invariants.
 //! - [`budget`]: the process's memory budget, which stops a run that outgrows it;
 //! - [`cancel`]: the Ctrl-C flag; `testkit` (feature `testkit`, or in tests): a recording `Context`
 //!   for protocol tests.
 
+pub mod audit;
 pub mod budget;
 pub mod cancel;
 pub mod collectives;

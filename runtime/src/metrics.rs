@@ -49,6 +49,18 @@ impl Sample {
     }
 }
 
+/// A run diverged when its consensus loss becomes NaN or infinite, or exceeds this many times
+/// its loss at the first evaluation.
+pub const DIVERGENCE_FACTOR: f64 = 100.0;
+
+/// The first evaluation at which the loss diverged (see [`DIVERGENCE_FACTOR`]).
+pub fn diverged_at(samples: &[Sample]) -> Option<&Sample> {
+    let first = samples.iter().find_map(|s| s.loss).filter(|l| l.is_finite())?;
+    samples
+        .iter()
+        .find(|s| s.loss.is_some_and(|l| !l.is_finite() || l > DIVERGENCE_FACTOR * first.abs().max(f64::MIN_POSITIVE)))
+}
+
 /// How a node spent its time, in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeBreakdown {

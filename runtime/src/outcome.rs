@@ -50,4 +50,6 @@ pub struct RunResult {
     /// messages (the protocol's work on them, its answers' encoding included), nanoseconds, and
     /// how many it handled; empty when simulated.
     pub handling: Vec<(u64, u64)>,
+    /// What the simulation tester's checks reached (`None` unless the run was checked).
+    pub checks: Option<crate::sim_exec::CheckReport>,
 }

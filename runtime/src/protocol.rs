@@ -4,6 +4,7 @@
 //! (the simulator here, MPI later) owns the clock, the network and the gradient computations and
 //! calls the handlers. A protocol never sees the event queue, a clock or a thread.
 
+use crate::audit::{Audit, MsgAudit};
 use crate::sharing::Sharing;
 use dsgd_models::Workload;
 use dsgd_sim::{SimDuration, SimTime};
@@ -123,6 +124,18 @@ pub trait Protocol {
     fn completed_iterations(&self) -> Option<u64> {
         None
     }
+    /// The node's state as the simulation tester's invariants see it ([`crate::audit`]); the
+    /// default shows nothing to check.
+    fn audit(&self) -> Audit<'_> {
+        Audit { role: "node", ..Audit::default() }
+    }
+    /// What the tester needs of a message of this protocol (the default: nothing).
+    fn audit_msg(_msg: &Self::Msg) -> MsgAudit
+    where
+        Self: Sized,
+    {
+        MsgAudit::Other
+    }
 }
 
 /// A run with two kinds of rank (workers and servers) whose roles share one message type.
@@ -168,5 +181,11 @@ impl<M, W: Protocol<Msg = M>, S: Protocol<Msg = M>> Protocol for Role<W, S> {
     }
     fn completed_iterations(&self) -> Option<u64> {
         both!(self, r => r.completed_iterations())
+    }
+    fn audit(&self) -> Audit<'_> {
+        both!(self, r => r.audit())
+    }
+    fn audit_msg(msg: &M) -> MsgAudit {
+        W::audit_msg(msg)
     }
 }

@@ -12,7 +12,7 @@ use crate::protocols::easgd::{Centre, EasgdConfig, EasgdRole, EasgdWorker};
 use crate::protocols::gossip::{GossipConfig, GossipNode};
 use crate::protocols::sync::local::LocalSgdConfig;
 use crate::protocols::sync::{SyncConfig, SyncWorker};
-use crate::sim_exec::SimExecutor;
+use crate::sim_exec::{Checks, SimExecutor};
 use crate::timing::GradientTiming;
 use crate::train::TrainConfig;
 use dsgd_models::Workload;
@@ -234,6 +234,20 @@ pub fn run_timed(
     train: TrainConfig,
     timing: GradientTiming,
 ) -> Result<RunResult, SimError> {
+    run_checked(algorithm, workers, sim, workload, train, timing, None)
+}
+
+/// [`run_timed`], with the simulation tester's invariants checked after every event when
+/// `checks` is given (see [`crate::sim_exec::Checks`]).
+pub fn run_checked(
+    algorithm: &AlgorithmConfig,
+    workers: usize,
+    sim: &SimConfig,
+    workload: Arc<dyn Workload>,
+    train: TrainConfig,
+    timing: GradientTiming,
+    checks: Option<Checks>,
+) -> Result<RunResult, SimError> {
     if !matches!(timing, GradientTiming::Model) && workload.timing_only() {
         return Err(SimError::config(
             "compute.gradient_time",
@@ -249,6 +263,7 @@ pub fn run_timed(
         workload: Arc<dyn Workload>,
         train: TrainConfig,
         timing: GradientTiming,
+        checks: Option<Checks>,
     }
     impl Drive for OnSim<'_> {
         type Out = Result<RunResult, SimError>;
@@ -256,11 +271,15 @@ pub fn run_timed(
         where
             P::Msg: Serialize + DeserializeOwned,
         {
-            SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing).run()
+            let exec = SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing);
+            match self.checks {
+                Some(c) => exec.with_checks(self.sim, c).run(),
+                None => exec.run(),
+            }
         }
     }
     let net = sim.network.clone();
-    with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing })?
+    with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing, checks })?
 }
 
 /// Something that runs the roles of an algorithm (the simulator, or a real executor).

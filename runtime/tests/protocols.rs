@@ -217,13 +217,14 @@ fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
     let probes: Vec<usize> = ctx
         .take_sent()
         .into_iter()
-        .filter(|(_, m, _)| *m == SyncMsg::Probe { epoch: 1, done: 0 })
+        .filter(|(_, m, _)| *m == SyncMsg::Probe { epoch: 1, done: 0, view: view_id(0, &[0, 1, 2]) })
         .map(|s| s.0)
         .collect();
     assert_eq!(probes, [1, 2], "the probe goes to every other rank");
     let end = ctx.timers.last().copied().expect("the probe's end");
     assert!((end.at.as_secs_f64() - 1.6).abs() < 1e-9, "half a timeout to collect answers");
-    w.on_message(ctx.at(1.2), 1, SyncMsg::Probe { epoch: 1, done: 0 });
+    // Rank 1 answers as a member that lost its state would (its replica is not the view's).
+    w.on_message(ctx.at(1.2), 1, SyncMsg::Probe { epoch: 1, done: 0, view: u64::MAX });
     w.on_timer(ctx.at(1.6), end.tag);
     assert_eq!(w.members(), [0, 1]);
     assert_eq!(ctx.notes[1], "epoch 1: members [0, 1] at iteration 0");
@@ -245,6 +246,46 @@ fn a_sync_member_that_hears_nothing_probes_and_goes_on_with_those_who_answer() {
     w.on_message(ctx.at(1.8), 1, SyncMsg::Chunk { view, iter: 0, bucket: 0, round: 1, data: vec![2.0; 2] });
     assert_eq!(w.iterations(), 1, "two members: a ring of two rounds");
     assert_eq!(ctx.iterations.len(), 1, "member 0 records the iteration");
+}
+
+#[test]
+fn members_in_step_after_a_probe_go_on_without_a_state_hand_off() {
+    // As above, but rank 1 answers from the same view after as many iterations: it holds the
+    // donor's replica already, so the donor sends it no state (found by `dsgd torture`: sending
+    // the whole model to every member from one NIC outlasted the timeout, and the next probe
+    // started the same transfer again, forever) and the all-reduce restarts at once.
+    let cfg = SyncConfig { timeout_s: 1.0, ..Default::default() };
+    let (mut w0, mut w1) = (
+        SyncWorker::new(cfg, 8, OptimizerConfig::default(), 3),
+        SyncWorker::new(cfg, 8, OptimizerConfig::default(), 3),
+    );
+    let (mut c0, mut c1): (Recorder<SyncMsg>, Recorder<SyncMsg>) =
+        (Recorder::new(0, 3, quadratic()), Recorder::new(1, 3, quadratic()));
+    w0.on_start(&mut c0);
+    w1.on_start(&mut c1);
+    let (job, _, _) = c0.take_gradients().pop().expect("computing");
+    w0.on_gradient(c0.at(0.1), job, vec![1.0; 4], 0.0);
+    let watchdog = *c0.timers.iter().find(|t| t.at.as_secs_f64() == 1.1).expect("a watchdog");
+    w0.on_timer(c0.at(1.1), watchdog.tag);
+    let probe = c0.take_sent().into_iter().find(|(to, m, _)| *to == 1 && matches!(m, SyncMsg::Probe { .. }));
+    let probe = probe.expect("a probe to rank 1").1;
+    w1.on_message(c1.at(1.2), 0, probe);
+    let answer = c1.take_sent().into_iter().find(|(to, m, _)| *to == 0 && matches!(m, SyncMsg::Probe { .. }));
+    let answer = answer.expect("rank 1 joins the probe").1;
+    assert_eq!(answer, SyncMsg::Probe { epoch: 1, done: 0, view: view_id(0, &[0, 1, 2]) });
+    w0.on_message(c0.at(1.2), 1, answer);
+    let end = c0.timers.last().copied().expect("the probe's end");
+    w0.on_timer(c0.at(1.6), end.tag);
+    assert_eq!(w0.members(), [0, 1]);
+    let sent = c0.take_sent();
+    assert!(sent.iter().all(|(_, m, _)| !matches!(m, SyncMsg::State(_))), "no state hand-off: {sent:?}");
+    assert!(matches!(&sent[..], [(1, SyncMsg::Chunk { iter: 0, round: 0, .. }, _)]), "{sent:?}");
+    // Rank 1's own probe ends the same way: it goes on as a member, not waiting for a state.
+    let end1 = c1.timers.last().copied().expect("rank 1's probe end");
+    w1.on_message(c1.at(1.3), 0, SyncMsg::Probe { epoch: 1, done: 0, view: view_id(0, &[0, 1, 2]) });
+    w1.on_timer(c1.at(1.7), end1.tag);
+    assert_eq!(w1.members(), [0, 1]);
+    assert_eq!(w1.stage(), Stage::Computing, "its gradient is still being computed");
 }
 
 #[test]
@@ -287,7 +328,7 @@ fn a_restarted_sync_member_asks_three_times_to_join_then_probes_and_adopts_the_d
         .collect();
     assert_eq!(probes, [0, 1]);
     // Rank 0 answers with 7 iterations done: it is the donor; rank 2 waits for its state.
-    w.on_message(ctx.at(6.1), 0, SyncMsg::Probe { epoch: 1, done: 7 });
+    w.on_message(ctx.at(6.1), 0, SyncMsg::Probe { epoch: 1, done: 7, view: view_id(0, &[0, 1, 2]) });
     let end = ctx.timers.last().copied().expect("the probe's end");
     w.on_timer(ctx.at(6.5), end.tag);
     assert_eq!(w.members(), [0, 2]);

@@ -73,6 +73,17 @@ pub enum SimError {
     /// engine's hot path carries this enum, so it stays small.)
     #[error(transparent)]
     OverBudget(Box<OverBudget>),
+    /// The simulation tester found one of its invariants violated (`dsgd run --check`,
+    /// `dsgd torture`).
+    #[error("invariant `{invariant}` violated at simulated time {at}: {what}")]
+    Invariant {
+        /// The invariant's name (`push_sum_mass`, `agreement`, `liveness`...).
+        invariant: &'static str,
+        /// When it was found violated.
+        at: SimTime,
+        /// What was seen.
+        what: String,
+    },
     /// The run was asked to stop (an interrupt, or a time bound) before it finished.
     #[error("the run was interrupted at simulated time {at}")]
     Interrupted {

@@ -17,6 +17,7 @@ mod real;
 mod replay;
 mod run;
 mod sweep;
+mod torture;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -25,7 +26,8 @@ use std::process::ExitCode;
 
 const EXIT_CODES: &str = "Exit codes: 0 success; 1 a run, replay or validation failed (or `diff` found \
 differences); 2 bad input (a spec, a sweep file, a flag or a folder), with a message naming the file \
-and the field.";
+and the field; 3 a run stopped for outgrowing its memory budget; 4 an invariant was violated (`run --check`) \
+or a `torture` scenario failed.";
 
 #[derive(Parser)]
 #[command(
@@ -73,6 +75,10 @@ enum Command {
     BenchReal(bench_real::Args),
     /// Draw the figures of finished runs or sweeps.
     Plot(plot::Args),
+    /// Test the protocols: seeded random scenarios with faults, every invariant checked after
+    /// every event and progress required once the faults heal; failures are shrunk to specs that
+    /// `dsgd run --check` fails on; prints a coverage table (exit 4 if a scenario failed).
+    Torture(torture::Args),
 }
 
 impl Command {
@@ -102,6 +108,7 @@ impl Command {
             Command::BenchScale(a) => bench_scale::run(a, out),
             Command::BenchReal(a) => bench_real::run(a, out),
             Command::Plot(a) => plot::run(a, out),
+            Command::Torture(a) => torture::run(a, out),
         }
     }
 }
@@ -127,16 +134,18 @@ pub fn main() -> ExitCode {
             ExitCode::from(130)
         }
         Err(e) => {
-            // A run stopped for outgrowing its memory has a code of its own.
-            let over = matches!(
-                e.downcast_ref::<dsgd_experiments::Error>(),
-                Some(dsgd_experiments::Error::Sim(dsgd_sim::SimError::OverBudget(_)))
-            );
+            // A run stopped for outgrowing its memory has a code of its own, and so has a
+            // violated invariant of a checked run.
+            let code = match e.downcast_ref::<dsgd_experiments::Error>() {
+                Some(dsgd_experiments::Error::Sim(dsgd_sim::SimError::OverBudget(_))) => OVER_BUDGET,
+                Some(dsgd_experiments::Error::Sim(dsgd_sim::SimError::Invariant { .. })) => torture::FOUND,
+                _ => 2,
+            };
             // The whole chain: a library error and the context the command added to it.
             let e = format!("{e:#}");
             out.json(&serde_json::json!({"error": e}));
             eprintln!("error: {e}");
-            ExitCode::from(if over { OVER_BUDGET } else { 2 })
+            ExitCode::from(code)
         }
     }
 }

@@ -1,10 +1,10 @@
 //! `dsgd run`: one spec, or with no spec the embedded default comparison of every algorithm.
 
-use anyhow::anyhow;
+use anyhow::{anyhow, Context};
 
 use super::out::{say, Out};
 use super::sweep::{finish_sweep, interrupted, sweep_json, sweep_report};
-use dsgd_experiments::execute::{execute, write_run};
+use dsgd_experiments::execute::{execute, execute_checked, write_run};
 use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::fresh_dir;
 use dsgd_experiments::sweep;
@@ -37,6 +37,10 @@ pub struct Args {
     /// Run even if the estimated memory exceeds what this machine has available.
     #[arg(long)]
     force: bool,
+    /// Check the simulation tester's invariants after every event, and progress once the
+    /// spec's faults heal (as `dsgd torture` does); a violation stops the run (exit 4).
+    #[arg(long)]
+    check: bool,
 }
 
 /// Runs the spec, or the embedded default when none is given.
@@ -48,7 +52,8 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
         None if a.trace => {
             Err(anyhow!("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces"))
         }
-        Some(spec) => run_one(&spec, a.out, &a.sets, a.trace, a.force, out),
+        None if a.check => Err(anyhow!("--check needs a spec (dsgd run SPEC --check)")),
+        Some(spec) => run_one(&spec, a.out, &a.sets, (a.trace, a.check), a.force, out),
         None => run_default(a.out, &a.sets, a.jobs.unwrap_or_else(super::cores), out),
     }
 }
@@ -57,7 +62,7 @@ fn run_one(
     path: &Path,
     dest: Option<PathBuf>,
     sets: &[String],
-    trace: bool,
+    (trace, check): (bool, bool),
     force: bool,
     out: Out,
 ) -> anyhow::Result<ExitCode> {
@@ -70,7 +75,12 @@ fn run_one(
     if dest.exists() {
         return Err(anyhow!("{} already exists; choose another --out (nothing was run)", dest.display()));
     }
-    let outcome = execute(&spec, trace)?;
+    let outcome = match check {
+        true if trace => return Err(anyhow!("--check and --trace cannot be combined; run the spec twice")),
+        true => execute_checked(&spec, dsgd_experiments::torture::checks_for(&spec))
+            .with_context(|| format!("{} (checked)", path.display()))?,
+        false => execute(&spec, trace)?,
+    };
     let dir = write_run(&dest, &spec, &outcome)?;
     let s = &outcome.summary;
     say!(out, "{} with {} nodes, seed {}: {}", s.algorithm, s.nodes, s.seed, s.stop_reason);
@@ -101,6 +111,18 @@ fn run_one(
         );
     }
     say!(out, "  digest {}  ({} events)", s.digest, s.events);
+    if let Some(c) = &outcome.result.checks {
+        say!(
+            out,
+            "  checked: every invariant held after each of {} events{}",
+            c.events,
+            match check {
+                _ if dsgd_experiments::torture::checks_for(&spec).liveness.is_some() =>
+                    ", and the run made progress once its faults healed",
+                _ => "",
+            }
+        );
+    }
     say!(
         out,
         "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}}}",

@@ -154,6 +154,7 @@ pub(super) fn assemble(
         trace: None,
         recording: Some(Recording { per_rank: reports.iter().map(|r| r.gradient_ns.clone()).collect() }),
         handling: reports.iter().map(|r| (r.handling_ns, r.messages_delivered)).collect(),
+        checks: None,
         metrics,
     }
 }

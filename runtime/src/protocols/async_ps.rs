@@ -24,6 +24,7 @@
 //! (they are its durable state); workers waiting for it re-send their request every `timeout_s`
 //! until it is back, so they stall exactly as long as it is down.
 
+use crate::audit::Audit;
 use crate::collectives::{chunk, slice_bytes};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
@@ -287,6 +288,10 @@ impl Protocol for Shard {
     fn view(&self) -> View<'_> {
         View::Shard { offset: self.range.start, params: &self.params }
     }
+
+    fn audit(&self) -> Audit<'_> {
+        Audit { role: "shard", progress: [Some(self.version), None], ..Audit::default() }
+    }
 }
 
 /// A parameter-server worker (ranks `0..workers`; shards are ranks `workers..`).
@@ -410,6 +415,11 @@ impl Protocol for PsWorker {
 
     fn view(&self) -> View<'_> {
         View::Nothing
+    }
+
+    fn audit(&self) -> Audit<'_> {
+        let stage = if self.job.is_some() { "computing" } else { "pulling_or_pushing" };
+        Audit { role: "worker", stage: Some(stage), ..Audit::default() }
     }
 }
 

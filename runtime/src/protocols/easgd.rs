@@ -9,6 +9,7 @@
 //! local steps. A crashed centre keeps its variable. A restarted worker first fetches the centre
 //! and starts from it.
 
+use crate::audit::Audit;
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::protocols::service::Service;
@@ -194,6 +195,16 @@ impl Protocol for EasgdWorker {
     fn view(&self) -> View<'_> {
         View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
     }
+
+    fn audit(&self) -> Audit<'_> {
+        let stage = match self.stage {
+            Stage::Idle => "idle",
+            Stage::Computing(_) => "computing",
+            Stage::Exchanging => "exchanging",
+            Stage::Crashed => "crashed",
+        };
+        Audit { role: "worker", stage: Some(stage), progress: [Some(self.steps), None], ..Audit::default() }
+    }
 }
 
 /// The centre variable's server.
@@ -260,6 +271,14 @@ impl Protocol for Centre {
 
     fn view(&self) -> View<'_> {
         View::Shard { offset: 0, params: &self.c }
+    }
+
+    fn audit(&self) -> Audit<'_> {
+        Audit {
+            role: "centre",
+            stage: Some(if self.queue.is_instant() { "serving" } else { "queueing" }),
+            ..Audit::default()
+        }
     }
 }
 

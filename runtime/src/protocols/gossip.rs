@@ -26,6 +26,7 @@
 //! mode it starts with `(0, 0)` and computes only once it has received some mass.
 
 use super::push_sum::{self, split, to_fixed, z_of};
+use crate::audit::{Audit, MsgAudit};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use dsgd_sim::{SimDuration, SimTime};
@@ -555,6 +556,26 @@ impl Protocol for GossipNode {
             View::Replica { params: z, weight: if self.w > 0 { 1.0 } else { 0.0 } }
         } else {
             View::Replica { params: (&self.x[..]).into(), weight: 1.0 }
+        }
+    }
+
+    fn audit(&self) -> Audit<'_> {
+        let stage = match self.life {
+            Life::Crashed => "crashed",
+            Life::Recovering => "recovering",
+            Life::Running if self.job.is_some() => "computing",
+            Life::Running if self.outstanding.is_some() || !self.unacked.is_empty() => "exchanging",
+            Life::Running => "waiting",
+        };
+        let push_sum = self.push().then(|| (self.w, self.unacked.iter().map(|(&s, &(_, _, w))| (s, w)).collect()));
+        Audit { role: "node", stage: Some(stage), progress: [Some(self.steps), None], agreed: None, push_sum }
+    }
+
+    fn audit_msg(msg: &GossipMsg) -> MsgAudit {
+        match msg {
+            GossipMsg::PushSum { seq, w, .. } => MsgAudit::Push { seq: *seq, w: *w },
+            GossipMsg::PushAck { seq } => MsgAudit::Ack { seq: *seq },
+            _ => MsgAudit::Other,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The engine as the host core's [`Driver`]: virtual time, the simulated network, engine timers,
 //! and gradient jobs whose durations come from the compute model, a measurement or a recording.
 
+use super::check::Checker;
 use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};
 use crate::host::Driver;
 use crate::protocol::JobId;
@@ -90,6 +91,8 @@ pub(super) struct SimDriver<'a, M> {
     pub timing: &'a mut GradientDurations,
     pub pool: Option<&'a GradientPool>,
     pub sharing: &'a mut InProcess,
+    /// The invariants' checker, in a checked run.
+    pub check: Option<&'a mut Checker<M>>,
 }
 
 impl<M> Driver<M> for SimDriver<'_, M> {
@@ -100,6 +103,9 @@ impl<M> Driver<M> for SimDriver<'_, M> {
         self.sim.nodes()
     }
     fn send(&mut self, from: usize, to: usize, msg: M, bytes: u64) {
+        if let Some(c) = self.check.as_deref_mut() {
+            c.sent(from, to, bytes, self.sim.now());
+        }
         self.sim.send(from, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
     }
     fn set_timer(&mut self, rank: usize, after: SimDuration, tag: u64) {

@@ -7,8 +7,11 @@
 //! rule and folds every evaluated loss and the final parameters into the engine's digest, so a
 //! replay checks the arithmetic too.
 
+mod check;
 mod driver;
 mod guard;
+
+pub use check::{CheckReport, Checks};
 
 use crate::consensus::{consensus_of, Consensus, NO_MODEL};
 use crate::gradient_pool::GradientPool;
@@ -19,6 +22,7 @@ use crate::protocol::{Protocol, View};
 use crate::sharing::InProcess;
 use crate::timing::{GradientTiming, Recording};
 use crate::train::TrainConfig;
+use check::Checker;
 use driver::{GradientDurations, Job, SimDriver};
 use dsgd_models::Workload;
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime};
@@ -44,6 +48,8 @@ pub struct SimExecutor<P: Protocol> {
     window: SimTime,
     /// What the ranks, all in this process, share (see [`crate::sharing`]).
     sharing: InProcess,
+    /// The simulation tester's invariants, when the run is checked.
+    check: Option<Checker<P::Msg>>,
 }
 
 impl<P: Protocol> SimExecutor<P> {
@@ -72,6 +78,7 @@ impl<P: Protocol> SimExecutor<P> {
             threads: crate::gradient_pool::threads(),
             sharing: InProcess::new(crate::gradient_pool::threads()),
             pool: None,
+            check: None,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
     }
@@ -82,6 +89,21 @@ impl<P: Protocol> SimExecutor<P> {
         self
     }
 
+    /// Checks the invariants of [`check`] after every event, and `checks` besides (the run
+    /// stops with [`SimError::Invariant`] at the first violation).
+    pub fn with_checks(mut self, sim: &SimConfig, checks: Checks) -> Self {
+        self.check = Some(Checker::new::<P>(sim, checks));
+        self
+    }
+
+    /// The first invariant violation of a checked run, if any.
+    fn violation(&mut self) -> Result<(), SimError> {
+        match self.check.as_mut().and_then(|c| c.take_violation()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Rank `rank`'s role and the host core's context for a handler call on it.
     fn host(&mut self, rank: usize) -> (&mut P, Host<'_, P::Msg, SimDriver<'_, P::Msg>>) {
         let driver = SimDriver {
@@ -90,6 +112,7 @@ impl<P: Protocol> SimExecutor<P> {
             timing: &mut self.timing,
             pool: self.pool.as_ref(),
             sharing: &mut self.sharing,
+            check: self.check.as_mut(),
         };
         let host = Host {
             core: &mut self.cores[rank],
@@ -131,6 +154,9 @@ impl<P: Protocol> SimExecutor<P> {
         let live = (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count();
         let sample =
             Sample::scored(self.sim.now().as_secs_f64(), eval, c.distance, node_losses, self.metrics.updates, live);
+        if let Some(check) = self.check.as_mut() {
+            check.evaluated(&self.roles, &sample, !self.workload.timing_only(), self.sim.now());
+        }
         (sample, c.model)
     }
 
@@ -153,6 +179,43 @@ impl<P: Protocol> SimExecutor<P> {
     }
 
     fn dispatch(&mut self, occ: Occurrence<P::Msg>) {
+        if self.check.is_some() {
+            return self.dispatch_checked(occ);
+        }
+        self.handle(occ)
+    }
+
+    /// [`Self::dispatch`] with the checker told what happens and shown the node afterwards.
+    #[cold]
+    fn dispatch_checked(&mut self, occ: Occurrence<P::Msg>) {
+        let now = self.sim.now();
+        let c = self.check.as_mut().expect("a checked run");
+        let node = match &occ {
+            Occurrence::Timer { node, .. } => *node,
+            Occurrence::Message { from, to, sent_at, payload, .. } => {
+                c.delivering(*from, *to, *sent_at, payload, now);
+                *to
+            }
+            Occurrence::ComputeDone { node, .. } => {
+                c.gradient();
+                *node
+            }
+            Occurrence::Crashed { node } => {
+                c.crashing(*node, now);
+                *node
+            }
+            Occurrence::Restarted { node } => {
+                c.restarting(*node, now);
+                *node
+            }
+        };
+        self.handle(occ);
+        let c = self.check.as_mut().expect("a checked run");
+        c.windows(now);
+        c.after(node, &self.roles[node], self.cores[node].clock.state, now);
+    }
+
+    fn handle(&mut self, occ: Occurrence<P::Msg>) {
         match occ {
             Occurrence::Timer { node, tag, .. } => {
                 let (p, mut c) = self.host(node);
@@ -200,6 +263,7 @@ impl<P: Protocol> SimExecutor<P> {
         while !self.every_live_rank_completed(n) {
             let Some((_, occ)) = self.sim.step_until(until) else { break };
             self.dispatch(occ);
+            self.violation()?;
             if let Some(e) = self.timing.error.take() {
                 return Err(SimError::config("compute.gradient_time", e));
             }
@@ -226,6 +290,11 @@ impl<P: Protocol> SimExecutor<P> {
             let (p, mut c) = self.host(r);
             p.on_start(&mut c);
         }
+        if let Some(c) = self.check.as_mut() {
+            let cores = &self.cores;
+            c.started(&self.roles, |r| cores[r].clock.state, self.sim.now());
+        }
+        self.violation()?;
         let mut next_eval = SimTime::ZERO;
         let mut time_to_target = None;
         let mut guard = Guard::default();
@@ -233,6 +302,7 @@ impl<P: Protocol> SimExecutor<P> {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
                 guard.check(now, &self.sim)?;
                 self.dispatch(occ);
+                self.violation()?;
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
                 }
@@ -256,6 +326,7 @@ impl<P: Protocol> SimExecutor<P> {
             self.sim.advance_to(next_eval).expect("events up to the evaluation were processed");
             let (sample, _) = self.evaluate(self.train.eval.per_node);
             guard.check_now(next_eval, &self.sim)?;
+            self.violation()?;
             let hit = stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {
@@ -270,12 +341,12 @@ impl<P: Protocol> SimExecutor<P> {
             }
             next_eval = (next_eval + every).min(end);
         };
-        Ok(self.conclude(reason, time_to_target))
+        self.conclude(reason, time_to_target)
     }
 
     /// The final evaluation (always with per-node losses), the time accounts closed at the end,
     /// and the result.
-    fn conclude(mut self, reason: StopReason, time_to_target: Option<f64>) -> RunResult {
+    fn conclude(mut self, reason: StopReason, time_to_target: Option<f64>) -> Result<RunResult, SimError> {
         let now = self.sim.now();
         let (last, final_params) = self.evaluate(true);
         if self.metrics.samples.last().is_some_and(|s| s.time_s == last.time_s) {
@@ -287,22 +358,29 @@ impl<P: Protocol> SimExecutor<P> {
         for core in &mut self.cores {
             core.close(now, self.window, &mut self.metrics);
         }
+        let times: Vec<_> = self.cores.iter().map(|c| c.clock.times).collect();
+        let stats = self.sim.stats();
+        let checks = match self.check.take() {
+            Some(c) => Some(c.finish(&self.metrics, &stats, &times, now)?),
+            None => None,
+        };
         let recording = match self.timing.mode {
             GradientTiming::Model => None,
             _ => Some(self.timing.used),
         };
-        RunResult {
+        Ok(RunResult {
             digest: self.sim.digest().value(),
             stop: reason,
             sim_time: now,
-            stats: self.sim.stats(),
-            times: self.cores.iter().map(|c| c.clock.times).collect(),
+            stats,
+            times,
             time_to_target,
             final_params,
             trace: self.sim.trace().cloned(),
             metrics: self.metrics,
             recording,
             handling: Vec::new(),
-        }
+            checks,
+        })
     }
 }

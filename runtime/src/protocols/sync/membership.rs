@@ -8,10 +8,11 @@ use crate::protocol::{Context, Phase};
 use dsgd_sim::{SimDuration, SimTime};
 use std::collections::BTreeMap;
 
-/// A probe in progress: the proposed epoch and who answered, with their completed iterations.
+/// A probe in progress: the proposed epoch and who answered, with their completed iterations
+/// and the views their replicas come from.
 pub(super) struct Probing {
     epoch: u32,
-    responders: BTreeMap<usize, u64>,
+    responders: BTreeMap<usize, (u64, u64)>,
 }
 
 /// One watchdog timer stays armed while the worker waits for others; when it fires it re-arms
@@ -84,18 +85,30 @@ impl SyncWorker {
         }
         self.invalidate();
         let rank = ctx.rank();
-        self.probing = Some(Probing { epoch, responders: [(rank, self.done)].into_iter().collect() });
+        let view = self.replica_view();
+        self.probing = Some(Probing { epoch, responders: [(rank, (self.done, view))].into_iter().collect() });
         for r in (0..ctx.ranks()).filter(|&r| r != rank) {
-            ctx.send(r, SyncMsg::Probe { epoch, done: self.done }, SMALL);
+            ctx.send(r, SyncMsg::Probe { epoch, done: self.done, view }, SMALL);
         }
         ctx.set_phase(Phase::Communicating);
         let tag = self.tag(PROBE_END);
         ctx.set_timer(self.timeout().mul_f64(0.5), tag);
     }
 
+    /// The view whose all-reduces made this replica, or `u64::MAX` while it awaits a donor's state
+    /// (its replica is then stale, whatever its view).
+    fn replica_view(&self) -> u64 {
+        if self.stage().awaits_state() {
+            u64::MAX
+        } else {
+            self.now.view
+        }
+    }
+
     /// A probe: join it if it is newer, merge with a group outside the membership, and count the
-    /// sender as a responder of this worker's probe of the same epoch.
-    pub(super) fn on_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, epoch: u32, done: u64) {
+    /// sender (its completed iterations and replica's view) as a responder of this worker's probe
+    /// of the same epoch.
+    pub(super) fn on_probe(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, epoch: u32, done: (u64, u64)) {
         let current = self.probing.as_ref().map_or(self.now.epoch, |p| p.epoch);
         if epoch > current {
             self.start_probe(ctx, epoch);
@@ -111,7 +124,7 @@ impl SyncWorker {
     /// A rank asks to join: answer with the running probe, or start one that takes it in.
     pub(super) fn on_join(&mut self, ctx: &mut dyn Context<SyncMsg>, from: usize, epoch: u32) {
         if let Some(p) = &self.probing {
-            let probe = SyncMsg::Probe { epoch: p.epoch, done: self.done };
+            let probe = SyncMsg::Probe { epoch: p.epoch, done: self.done, view: p.responders[&ctx.rank()].1 };
             ctx.send(from, probe, SMALL);
         } else if !matches!(self.stage, Step::Joining { .. }) {
             ctx.note(format!("rank {from} (epoch {epoch}) joins"));
@@ -120,19 +133,26 @@ impl SyncWorker {
     }
 
     /// The probe is over: the responders are the new membership, and the one with the most
-    /// completed iterations (lowest rank on ties) is the donor of the state.
+    /// completed iterations (lowest rank on ties) is the donor of the state. Members whose
+    /// replica comes from the donor's view after as many iterations hold the donor's replica
+    /// already: they go on without a hand-off (the donor sends its state only to the others), so
+    /// a membership change that keeps the members in step costs no state transfer (sending the
+    /// whole model to every member from one NIC can take longer than the timeout, and the next
+    /// probe would start the same transfer again).
     pub(super) fn end_probe(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         let Some(p) = self.probing.take() else { return };
         self.gen += 1;
+        let rank = ctx.rank();
         let members: Vec<usize> = p.responders.keys().copied().collect();
         self.now = Membership { view: super::view_id(p.epoch, &members), members: members.into(), epoch: p.epoch };
         self.collective.drop_before(self.now.view);
         let view = self.now.view;
         self.gathered.retain(|k, _| k.0 >= view);
-        let max_done = p.responders.values().copied().max().expect("self responded");
+        let max_done = p.responders.values().map(|&(d, _)| d).max().expect("self responded");
         ctx.note(format!("epoch {}: members {:?} at iteration {max_done}", self.now.epoch, self.now.members));
-        let donor = p.responders.iter().find(|(_, &d)| d == max_done).map(|(&r, _)| r).expect("max exists");
-        if donor != ctx.rank() {
+        let (donor, from) = p.responders.iter().find(|(_, &(d, _))| d == max_done).map(|(&r, &s)| (r, s)).expect("max");
+        let in_step = |s: &(u64, u64)| *s == from && from.1 != u64::MAX;
+        if donor != rank && !in_step(&p.responders[&rank]) {
             // Everyone adopts the donor's state, so replicas are bit-identical after any
             // membership change (two halves of a healed partition may have equal counts but
             // different parameters).
@@ -145,7 +165,9 @@ impl SyncWorker {
         }
         let grad = self.stage.gradient();
         self.stage = Step::Computing(grad.clone());
-        self.hand_state(ctx, &p);
+        if donor == rank {
+            self.hand_state(ctx, &p, in_step);
+        }
         match grad {
             Gradient::Ready(_) => self.start_reduce(ctx),
             Gradient::Absent => self.begin_iteration(ctx),
@@ -153,14 +175,14 @@ impl SyncWorker {
         }
     }
 
-    /// The donor sends its parameters and optimizer state to every other responder.
-    fn hand_state(&mut self, ctx: &mut dyn Context<SyncMsg>, p: &Probing) {
+    /// The donor sends its parameters and optimizer state to every other responder not `in_step`.
+    fn hand_state(&mut self, ctx: &mut dyn Context<SyncMsg>, p: &Probing, in_step: impl Fn(&(u64, u64)) -> bool) {
         let rank = ctx.rank();
         // The members that adopt this state share the donor's vectors (see `crate::sharing`).
         self.params = ctx.sharing().share(self.params.clone());
         let velocity = ctx.sharing().share(self.opt.shared_velocity().clone());
         self.opt.adopt_shared(velocity, self.opt.steps());
-        for (&m, _) in p.responders.iter().filter(|(&m, _)| m != rank) {
+        for (&m, _) in p.responders.iter().filter(|(&m, s)| m != rank && !in_step(s)) {
             let msg = SyncMsg::State(Box::new(StateMsg {
                 epoch: self.now.epoch,
                 done: self.done,

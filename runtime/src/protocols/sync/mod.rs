@@ -30,6 +30,7 @@ mod reduce;
 
 pub use buckets::BucketConfig;
 
+use crate::audit::Audit;
 use crate::collectives::{analytic::CostModel, CollectiveKind, Groups};
 use crate::optimizer::{OptimizerConfig, Sgd};
 use crate::protocol::{Context, JobId, Protocol, View};
@@ -147,12 +148,15 @@ pub enum SyncMsg {
         #[serde(with = "crate::wire::pod")]
         params: Vec<f32>,
     },
-    /// "I am alive in epoch `epoch` with `done` iterations completed."
+    /// "I am alive in epoch `epoch` with `done` iterations completed, in view `view`."
     Probe {
         /// The proposed epoch.
         epoch: u32,
         /// Completed iterations of the sender.
         done: u64,
+        /// The view whose all-reduces made the sender's replica (`u64::MAX` while it awaits a
+        /// donor's state): members with the same view and `done` hold the same replica.
+        view: u64,
     },
     /// A rank outside the sender's membership (restarted, or cut off by a partition) is invited
     /// to merge; `epoch` is the sender's.
@@ -503,7 +507,7 @@ impl Protocol for SyncWorker {
                     self.adopt(ctx, params, iter);
                 }
             }
-            SyncMsg::Probe { epoch, done } => self.on_probe(ctx, from, epoch, done),
+            SyncMsg::Probe { epoch, done, view } => self.on_probe(ctx, from, epoch, (done, view)),
             SyncMsg::Join { epoch } => self.on_join(ctx, from, epoch),
             SyncMsg::State(state) => self.on_state(ctx, state),
         }
@@ -587,5 +591,19 @@ impl Protocol for SyncWorker {
 
     fn completed_iterations(&self) -> Option<u64> {
         Some(self.done)
+    }
+
+    fn audit(&self) -> Audit<'_> {
+        let stage = match self.stage() {
+            _ if self.probing.is_some() => "probing",
+            Stage::Computing if self.local.is_some() => "local_steps",
+            Stage::Computing => "computing",
+            Stage::Reducing => "reducing",
+            Stage::AwaitingState => "awaiting_state",
+            Stage::Joining { .. } => "joining",
+            Stage::Crashed => "crashed",
+        };
+        let agreed = (!self.stage().awaits_state()).then_some((self.now.view, self.done, &self.params[..]));
+        Audit { role: "worker", stage: Some(stage), progress: [Some(self.done), None], agreed, push_sum: None }
     }
 }
