@@ -112,16 +112,17 @@ fn run_one(
     }
     say!(out, "  digest {}  ({} events)", s.digest, s.events);
     if let Some(c) = &outcome.result.checks {
-        say!(
-            out,
-            "  checked: every invariant held after each of {} events{}",
-            c.events,
-            match check {
-                _ if dsgd_experiments::torture::checks_for(&spec).liveness.is_some() =>
-                    ", and the run made progress once its faults healed",
-                _ => "",
+        let live = match dsgd_experiments::torture::checks_for(&spec).liveness {
+            Some((healed, within)) if s.sim_time_s + 1e-9 < healed + within => {
+                format!(" (the run is too short for the liveness check, which needs {:.3} s)", healed + within)
             }
-        );
+            Some((0.0, within)) => format!(", and the run made progress within {within} s of its start"),
+            Some((healed, within)) => {
+                format!(", and the run made progress within {within} s of {healed} s, when its faults had healed")
+            }
+            None => " (no liveness check: a fault never heals)".into(),
+        };
+        say!(out, "  checked: every invariant held after each of {} events{live}", c.events);
     }
     say!(
         out,
