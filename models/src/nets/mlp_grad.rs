@@ -22,7 +22,7 @@ use std::mem::MaybeUninit;
 /// burn-flex passes them to `gemm` (`dst` is row-major and contiguous). Every element of `dst`
 /// is written and none is read, so `dst` may be uninitialised.
 #[allow(clippy::too_many_arguments)]
-fn matmul(
+pub(super) fn matmul(
     m: usize,
     n: usize,
     k: usize,
@@ -103,7 +103,7 @@ fn column_sums(g: &[f32], rows: usize, cols: usize, out: &mut [MaybeUninit<f32>]
 
 /// Burn's mean cross-entropy of `logits` (`[n, classes]`) against `labels`, and its gradient with
 /// respect to the logits.
-fn cross_entropy(logits: Vec<f32>, labels: &[i64], classes: usize) -> (f64, Vec<f32>) {
+pub(super) fn cross_entropy(logits: Vec<f32>, labels: &[i64], classes: usize) -> (f64, Vec<f32>) {
     type B = Autodiff<Flex>;
     let device = Default::default();
     let n = labels.len();
