@@ -85,52 +85,40 @@ fn into(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
     }
 }
 
-/// im2col of a channels-last `[n, side, side, c]` image batch for a 3×3 kernel with padding 1:
-/// `[n·side², 9·c]`, column `(ky·3 + kx)·c + ch`, so that each kernel offset copies one
-/// contiguous run of channels (the weights are permuted to match, [`permute_in`]).
-fn im2col(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize, c: usize) {
-    let k = 9 * c;
-    let col = zeros(col, n * side * side * k);
-    for (p, row) in col.chunks_exact_mut(k).enumerate() {
-        let (i, y, xx) = (p / (side * side), p / side % side, p % side);
-        for ky in 0..3 {
-            let sy = (y + ky).wrapping_sub(1);
-            if sy >= side {
-                continue;
-            }
-            for kx in 0..3 {
-                let sx = (xx + kx).wrapping_sub(1);
-                if sx >= side {
-                    continue;
-                }
-                let at = ((i * side + sy) * side + sx) * c;
-                row[(ky * 3 + kx) * c..][..c].copy_from_slice(&x[at..at + c]);
+/// The taps of a 3×3 kernel with padding 1 at output pixel `p` of a `[n, side, side, c]` batch
+/// that fall inside the image: each kernel offset `ky·3 + kx` and where its pixel's channels
+/// start.
+fn taps(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, usize)) {
+    let (i, y, x) = (p / (side * side), p / side % side, p % side);
+    for ky in 0..3 {
+        let sy = (y + ky).wrapping_sub(1);
+        if sy >= side {
+            continue;
+        }
+        for kx in 0..3 {
+            let sx = (x + kx).wrapping_sub(1);
+            if sx < side {
+                each(ky * 3 + kx, ((i * side + sy) * side + sx) * c);
             }
         }
     }
 }
 
+/// im2col of a channels-last `[n, side, side, c]` image batch for a 3×3 kernel with padding 1:
+/// `[n·side², 9·c]`, column `(ky·3 + kx)·c + ch`, so that each kernel offset copies one
+/// contiguous run of channels (the weights are permuted to match, [`permute_in`]).
+fn im2col(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize, c: usize) {
+    let col = zeros(col, n * side * side * 9 * c);
+    for (p, row) in col.chunks_exact_mut(9 * c).enumerate() {
+        taps(p, side, c, |t, at| row[t * c..][..c].copy_from_slice(&x[at..at + c]));
+    }
+}
+
 /// The transpose of [`im2col`]: each column's gradient added back to the pixel it came from.
 fn col2im(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize, c: usize) {
-    let k = 9 * c;
     let x = zeros(x, n * side * side * c);
-    for (p, row) in col.chunks_exact(k).enumerate() {
-        let (i, y, xx) = (p / (side * side), p / side % side, p % side);
-        for ky in 0..3 {
-            let sy = (y + ky).wrapping_sub(1);
-            if sy >= side {
-                continue;
-            }
-            for kx in 0..3 {
-                let sx = (xx + kx).wrapping_sub(1);
-                if sx >= side {
-                    continue;
-                }
-                let at = ((i * side + sy) * side + sx) * c;
-                let src = &row[(ky * 3 + kx) * c..][..c];
-                x[at..at + c].iter_mut().zip(src).for_each(|(d, v)| *d += v);
-            }
-        }
+    for (p, row) in col.chunks_exact(9 * c).enumerate() {
+        taps(p, side, c, |t, at| x[at..at + c].iter_mut().zip(&row[t * c..][..c]).for_each(|(d, v)| *d += v));
     }
 }
 
@@ -286,4 +274,3 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     column_sums::<C1>(dy1, &mut out[B1..W2]);
     loss
 }
-
