@@ -362,20 +362,22 @@ impl<M> Checker<M> {
             }
         }
         if let Some((w, unacked)) = a.push_sum {
-            let (n, who) = (self.up.len(), self.who(r));
+            let n = self.up.len();
             let l =
                 self.ledger.get_or_insert_with(|| Ledger { nodes: vec![(0, BTreeMap::new()); n], ..Ledger::default() });
             l.update(r, w, unacked);
-            if l.start != 0 {
-                let (total, expected) = (l.total(), l.start + l.twice - l.lost);
-                if total != expected {
-                    let what = format!(
-                        "after an event on {}, the live nodes and unacknowledged pushes hold {total} units of weight, \
-                         not {expected} (start {} + counted twice {} - lost with crashes {})",
-                        who, l.start, l.twice, l.lost
-                    );
-                    self.fail("push_sum_mass", now, what);
-                }
+            let (total, parts) = (l.total(), (l.start, l.twice, l.lost));
+            let expected = parts.0 + parts.1 - parts.2;
+            if parts.0 != 0 && total != expected {
+                let what = format!(
+                    "after an event on {}, the live nodes and unacknowledged pushes hold {total} units of weight, \
+                     not {expected} (start {} + counted twice {} - lost with crashes {})",
+                    self.who(r),
+                    parts.0,
+                    parts.1,
+                    parts.2
+                );
+                self.fail("push_sum_mass", now, what);
             }
         }
     }
