@@ -19,12 +19,12 @@ fn results() -> std::path::PathBuf {
 fn a_short_torture_run_passes_and_reports_its_coverage() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let out = dir.path().join("t");
-    let o = dsgd(dir.path(), &["torture", "--seeds", "400", "--jobs", "2", "--out", out.to_str().expect("utf-8")]);
+    let o = dsgd(dir.path(), &["torture", "--seeds", "1000", "--jobs", "2", "--out", out.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", text(&o));
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("torture.json")).expect("torture.json")).expect("JSON");
-    assert_eq!(summary["scenarios"], 400);
-    assert_eq!(summary["passed"], 400);
+    assert_eq!(summary["scenarios"], 1000);
+    assert_eq!(summary["passed"], 1000);
     for alg in ["sync", "local_sgd", "async_ps", "easgd", "gossip-pull", "gossip-push"] {
         assert!(summary["by_algorithm"][alg].as_u64().unwrap_or(0) > 10, "{alg}: {}", summary["by_algorithm"]);
     }
