@@ -66,7 +66,6 @@ struct Scratch {
     dy2: Vec<f32>,
     dcol2: Vec<f32>,
     dq1: Vec<f32>,
-    dy1: Vec<f32>,
     /// conv2's weight and its gradient in [`im2col`]'s column order.
     w2: Vec<f32>,
     dw2: Vec<f32>,
@@ -104,21 +103,31 @@ fn taps(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, usize)) {
     }
 }
 
-/// im2col of a channels-last `[n, side, side, c]` image batch for a 3×3 kernel with padding 1:
-/// `[n·side², 9·c]`, column `(ky·3 + kx)·c + ch`, so that each kernel offset copies one
+/// im2col of a channels-last `[n, side, side, C]` image batch for a 3×3 kernel with padding 1:
+/// `[n·side², 9·C]`, column `(ky·3 + kx)·C + ch`, so that each kernel offset copies one
 /// contiguous run of channels (the weights are permuted to match, [`permute_in`]).
-fn im2col(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize, c: usize) {
-    let col = zeros(col, n * side * side * 9 * c);
-    for (p, row) in col.chunks_exact_mut(9 * c).enumerate() {
-        taps(p, side, c, |t, at| row[t * c..][..c].copy_from_slice(&x[at..at + c]));
+fn im2col<const C: usize>(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize) {
+    let col = zeros(col, n * side * side * 9 * C);
+    for (p, row) in col.chunks_exact_mut(9 * C).enumerate() {
+        taps(p, side, C, |t, at| {
+            let (dst, src): (&mut [f32; C], &[f32; C]) =
+                ((&mut row[t * C..t * C + C]).try_into().expect("C"), (&x[at..at + C]).try_into().expect("C"));
+            *dst = *src;
+        });
     }
 }
 
 /// The transpose of [`im2col`]: each column's gradient added back to the pixel it came from.
-fn col2im(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize, c: usize) {
-    let x = zeros(x, n * side * side * c);
-    for (p, row) in col.chunks_exact(9 * c).enumerate() {
-        taps(p, side, c, |t, at| x[at..at + c].iter_mut().zip(&row[t * c..][..c]).for_each(|(d, v)| *d += v));
+fn col2im<const C: usize>(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize) {
+    let x = zeros(x, n * side * side * C);
+    for (p, row) in col.chunks_exact(9 * C).enumerate() {
+        taps(p, side, C, |t, at| {
+            let (dst, src): (&mut [f32; C], &[f32; C]) =
+                ((&mut x[at..at + C]).try_into().expect("C"), (&row[t * C..t * C + C]).try_into().expect("C"));
+            for ch in 0..C {
+                dst[ch] += src[ch];
+            }
+        });
     }
 }
 
@@ -199,6 +208,27 @@ fn unpool<const C: usize>(out: &mut Vec<f32>, g: &[f32], arg: &[u32], q: &[f32],
     }
 }
 
+/// conv1's weight and bias gradients (`out`: `[16, 9]` then `[16]`) from the gradient of its
+/// pooled activations `g`: each pooled gradient, where the activation is positive, times the
+/// image patch of the window's largest input (the rows of `col1`), summed in pooled order.
+fn conv1_backward(g: &[f32], arg: &[u32], q: &[f32], col1: &[f32], out: &mut [f32]) {
+    let (mut dw, mut db) = ([[0f32; 9]; C1], [0f32; C1]);
+    for (o, ((g, arg), q)) in g.chunks_exact(C1).zip(arg.chunks_exact(C1)).zip(q.chunks_exact(C1)).enumerate() {
+        let (i, py, px) = (o / (S1 * S1), o / S1 % S1, o % S1);
+        for ch in 0..C1 {
+            if q[ch] > 0.0 {
+                let w = arg[ch] as usize;
+                let pixel = (i * SIDE + 2 * py + w / 2) * SIDE + 2 * px + w % 2;
+                let patch = &col1[pixel * 9..pixel * 9 + 9];
+                dw[ch].iter_mut().zip(patch).for_each(|(d, x)| *d += g[ch] * x);
+                db[ch] += g[ch];
+            }
+        }
+    }
+    out[..C1 * 9].copy_from_slice(dw.as_flattened());
+    out[C1 * 9..].copy_from_slice(&db);
+}
+
 /// Sums of each column of a row-major `[rows, C]` matrix, into `out`.
 fn column_sums<const C: usize>(g: &[f32], out: &mut [f32]) {
     let mut acc = [0f32; C];
@@ -222,15 +252,15 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     assert_eq!(out.len(), PARAMS, "one gradient per parameter");
     assert_eq!(x.len(), n * SIDE * SIDE, "images");
     let (p1, p2) = (n * SIDE * SIDE, n * S1 * S1);
-    let Scratch { col1, a1, q1, arg1, col2, a2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, dy1, w2, dw2 } = s;
+    let Scratch { col1, a1, q1, arg1, col2, a2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, w2, dw2 } = s;
     permute_in(&params[W2..B2], C1, w2);
 
     // Forward. conv1: [n·784, 9] · W1ᵀ (W1 is [16, 9] row-major).
-    im2col(col1, x, n, SIDE, 1);
+    im2col::<1>(col1, x, n, SIDE);
     product(a1, p1 * C1, |y| matmul(p1, C1, 9, y, col1, 1, 9, &params[W1..B1], 9, 1));
     pool::<C1>(q1, arg1, a1, &params[B1..W2], n, SIDE);
     // conv2: [n·196, 144] · W2ᵀ (W2 is [32, 144] row-major).
-    im2col(col2, q1, n, S1, C1);
+    im2col::<C1>(col2, q1, n, S1);
     product(a2, p2 * C2, |y| matmul(p2, C2, C1 * 9, y, col2, 1, C1 * 9, w2, C1 * 9, 1));
     pool::<C2>(q2, arg2, a2, &params[B2..WF], n, S1);
     // The classifier reads the pooled maps channels-first, as burn's reshape of `[n, 32, 7, 7]`.
@@ -267,10 +297,9 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     permute_out(dw2, C1, &mut out[W2..B2]);
     column_sums::<C2>(dy2, &mut out[B2..WF]);
     product(dcol2, p2 * C1 * 9, |y| matmul(p2, C1 * 9, C2, y, dy2, 1, C2, w2, 1, C1 * 9));
-    col2im(dq1, dcol2, n, S1, C1);
-    // conv1: dW1 = dy1ᵀ · col1 and the bias's sums (the images need no gradient).
-    unpool::<C1>(dy1, dq1, arg1, q1, n, SIDE);
-    matmul(C1, 9, p1, into(&mut out[W1..B1]), dy1, C1, 1, col1, 1, 9);
-    column_sums::<C1>(dy1, &mut out[B1..W2]);
+    col2im::<C1>(dq1, dcol2, n, S1);
+    // conv1: dW1 = dy1ᵀ · col1 and the bias's sums (the images need no gradient), summed
+    // straight from the pooled gradients: dy1 is zero but at each window's largest input.
+    conv1_backward(dq1, arg1, q1, col1, &mut out[W1..W2]);
     loss
 }
