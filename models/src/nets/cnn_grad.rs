@@ -2,11 +2,11 @@
 //! path uses, on images kept channels-last, for the network of [`super::cnn`] (3×3 convolutions
 //! of 16 and 32 channels with padding 1, ReLU, 2×2 max-pools, a linear classifier).
 //!
-//! Through burn's autodiff a CNN gradient costs about 36 ms at batch 32 on one of these cores
-//! (5.5 GFLOP/s, a tenth of the MLP's rate); here about a sixth of that. The products sum in
-//! another order than burn-flex's tiled convolutions and their transposed backward passes, so
-//! the bits differ from autodiff's by rounding (the test bounds the difference and
-//! `dsgd bench-gradient --model cnn` prints it); this is therefore the one path a CNN on the CPU
+//! Through burn's autodiff a CNN gradient costs 18–22 ms at batch 32 on one of these cores; here
+//! about a quarter of that (docs/performance.md). The products sum in another order than
+//! burn-flex's tiled convolutions and their transposed backward passes, so the bits differ from
+//! autodiff's by rounding (a test in `nets` bounds the difference: 4.7e-7 of the largest
+//! element); this is therefore the one path a CNN on the CPU
 //! takes, whatever the thread count, load or executor (the simulator and the MPI executor reach
 //! it through the same workload), so simulated and real runs agree bit for bit. The loss and its
 //! gradient with respect to the logits are burn's cross-entropy, as for the MLP.
