@@ -4,7 +4,7 @@
 //! without checks never asks.
 
 /// A node's state as the invariants see it.
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 pub struct Audit<'a> {
     /// The role in words (`worker`, `shard`, `centre`, `node`), for the coverage table.
     pub role: &'static str,
@@ -17,8 +17,27 @@ pub struct Audit<'a> {
     /// Synchronous SGD: the membership view, the completed iterations and the parameters after
     /// them, which every member of that view that completed them holds bit for bit.
     pub agreed: Option<(u64, u64, &'a [f32])>,
-    /// Push-sum: the node's weight and its pushes not yet acknowledged (sequence, weight).
-    pub push_sum: Option<(i64, Vec<(u64, i64)>)>,
+    /// Push-sum: the node's weight and its pushes not yet acknowledged (the checker learns each
+    /// push's weight from the message; it asks only which are still held, and only when their
+    /// number fell without an acknowledgement).
+    pub push_sum: Option<(i64, &'a dyn Held)>,
+}
+
+/// A push-sum node's pushes not yet acknowledged, by sequence number.
+pub trait Held {
+    /// How many.
+    fn count(&self) -> usize;
+    /// Whether push `seq` is one of them.
+    fn holds(&self, seq: u64) -> bool;
+}
+
+impl<V> Held for std::collections::BTreeMap<u64, V> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn holds(&self, seq: u64) -> bool {
+        self.contains_key(&seq)
+    }
 }
 
 /// What the tester needs of a message.

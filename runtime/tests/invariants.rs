@@ -93,13 +93,12 @@ impl Protocol for Toy {
     fn audit(&self) -> Audit<'_> {
         let steps = if self.defect == Defect::Regress && self.steps == 5 { 3 } else { self.steps };
         let agreed = (self.defect == Defect::Disagree).then_some((7, self.steps, &self.x[..]));
-        let unacked = self.unacked.iter().map(|(&s, &w)| (s, w)).collect();
         Audit {
             role: "node",
             stage: Some("stepping"),
             progress: [Some(steps), None],
             agreed,
-            push_sum: Some((self.w, unacked)),
+            push_sum: Some((self.w, &self.unacked)),
         }
     }
     fn audit_msg(msg: &Msg) -> MsgAudit {

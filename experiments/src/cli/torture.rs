@@ -103,6 +103,9 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
                     break;
                 }
                 let case = run_case(a.from + k);
+                if dsgd_runtime::cancel::requested() {
+                    break; // interrupted: this scenario did not finish
+                }
                 if let Verdict::Failed { kind, message } = &case.verdict {
                     eprintln!("seed {} ({}): {kind}: {message}", case.seed, case.algorithm);
                 }

@@ -567,7 +567,7 @@ impl Protocol for GossipNode {
             Life::Running if self.outstanding.is_some() || !self.unacked.is_empty() => "exchanging",
             Life::Running => "waiting",
         };
-        let push_sum = self.push().then(|| (self.w, self.unacked.iter().map(|(&s, &(_, _, w))| (s, w)).collect()));
+        let push_sum = self.push().then_some((self.w, &self.unacked as &dyn crate::audit::Held));
         Audit { role: "node", stage: Some(stage), progress: [Some(self.steps), None], agreed: None, push_sum }
     }
 

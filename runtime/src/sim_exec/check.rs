@@ -26,11 +26,11 @@
 //!   scores lower than an earlier one: a stuck model scores the same every time), unless the run
 //!   diverges or every replica was lost.
 
-use crate::audit::{Audit, MsgAudit};
+use crate::audit::{Audit, Held, MsgAudit};
 use crate::metrics::{Metrics, Sample, State, TimeBreakdown};
 use crate::protocol::{Phase, Protocol, View};
 use dsgd_sim::{Fault, SimConfig, SimError, SimStats, SimTime};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What to check besides the invariants that always hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -51,13 +51,26 @@ pub struct CheckReport {
     pub events: u64,
 }
 
-/// The push-sum ledger (see `push_sum_mass`).
+/// One node's part of the push-sum ledger.
+#[derive(Clone, Default)]
+struct PushNode {
+    /// Its weight, as last seen (0 while down).
+    w: i64,
+    /// Pushes it sent that are neither acknowledged nor taken back: sequence -> weight.
+    out: BTreeMap<u64, i64>,
+    /// Those of them delivered.
+    arrived: BTreeSet<u64>,
+    out_sum: i128,
+    arrived_sum: i128,
+}
+
+/// The push-sum ledger (see `push_sum_mass`), kept up to date from the messages and the audits
+/// at a cost per event that does not grow with the pushes a node holds.
 #[derive(Default)]
 struct Ledger {
-    /// Each node's weight and unacknowledged pushes, as last seen (empty while down).
-    nodes: Vec<(i64, BTreeMap<u64, i64>)>,
-    /// Pushes delivered whose sender still awaits the acknowledgement: (sender, seq) -> weight.
-    delivered: BTreeMap<(usize, u64), i64>,
+    nodes: Vec<PushNode>,
+    /// The sum over nodes of weight + pushes out − pushes out that arrived.
+    total: i128,
     /// Weight counted twice, and weight lost with crashed nodes.
     twice: i128,
     lost: i128,
@@ -66,35 +79,77 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Node `r`'s part of the conserved sum.
-    fn part(&self, r: usize) -> i128 {
-        let (w, unacked) = &self.nodes[r];
-        let out: i128 = unacked.values().map(|&x| x as i128).sum();
-        let arrived: i128 = self
-            .delivered
-            .range((r, 0)..=(r, u64::MAX))
-            .filter(|((_, s), _)| unacked.contains_key(s))
-            .map(|(_, &x)| x as i128)
-            .sum();
-        *w as i128 + out - arrived
+    fn new(n: usize) -> Self {
+        Ledger { nodes: vec![PushNode::default(); n], ..Ledger::default() }
     }
 
-    /// Node `r` as it is now; pushes it took back after they were delivered are counted twice.
-    fn update(&mut self, r: usize, w: i64, unacked: Vec<(u64, i64)>) {
-        self.nodes[r] = (w, unacked.into_iter().collect());
-        let gone: Vec<(usize, u64)> = self
-            .delivered
-            .range((r, 0)..=(r, u64::MAX))
-            .filter(|((_, s), _)| !self.nodes[r].1.contains_key(s))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in gone {
-            self.twice += self.delivered.remove(&k).unwrap_or(0) as i128;
+    fn sent(&mut self, from: usize, seq: u64, w: i64) {
+        let n = &mut self.nodes[from];
+        if n.out.insert(seq, w).is_none() {
+            n.out_sum += w as i128;
+            self.total += w as i128;
         }
     }
 
-    fn total(&self) -> i128 {
-        (0..self.nodes.len()).map(|r| self.part(r)).sum()
+    /// Push `seq` of `from`, carrying `w`, is about to be added to its receiver's weight.
+    fn delivered(&mut self, from: usize, seq: u64, w: i64) {
+        let n = &mut self.nodes[from];
+        match n.out.get(&seq) {
+            Some(&held) => {
+                if n.arrived.insert(seq) {
+                    n.arrived_sum += held as i128;
+                    self.total -= held as i128;
+                }
+            }
+            // Taken back already (its acknowledgement was late): the receiver adds it again.
+            None => self.twice += w as i128,
+        }
+    }
+
+    /// The acknowledgement of push `seq` reaches its sender `to`.
+    fn acked(&mut self, to: usize, seq: u64) {
+        let n = &mut self.nodes[to];
+        if let Some(w) = n.out.remove(&seq) {
+            n.out_sum -= w as i128;
+            self.total -= w as i128;
+            if n.arrived.remove(&seq) {
+                n.arrived_sum -= w as i128;
+                self.total += w as i128;
+            }
+        }
+    }
+
+    /// Node `r` as it is now: its weight, and the pushes it still holds. Pushes it no longer
+    /// holds without an acknowledgement were taken back; those that had arrived count twice.
+    fn update(&mut self, r: usize, w: i64, held: &dyn Held) {
+        let n = &mut self.nodes[r];
+        self.total += (w - n.w) as i128;
+        n.w = w;
+        let missing = n.out.len().saturating_sub(held.count());
+        if missing > 0 {
+            // Pushes are taken back oldest first (each when its own timeout fires), so the
+            // search from the oldest ends after a few.
+            let gone: Vec<(u64, i64)> =
+                n.out.iter().filter(|(s, _)| !held.holds(**s)).take(missing).map(|(&s, &w)| (s, w)).collect();
+            for (s, w) in gone {
+                n.out.remove(&s);
+                n.out_sum -= w as i128;
+                self.total -= w as i128;
+                if n.arrived.remove(&s) {
+                    n.arrived_sum -= w as i128;
+                    self.total += w as i128;
+                    self.twice += w as i128;
+                }
+            }
+        }
+    }
+
+    /// Node `r` crashed: its part is lost.
+    fn crashed(&mut self, r: usize) {
+        let n = std::mem::take(&mut self.nodes[r]);
+        let part = n.w as i128 + n.out_sum - n.arrived_sum;
+        self.lost += part;
+        self.total -= part;
     }
 }
 
@@ -206,13 +261,17 @@ impl<M> Checker<M> {
         format!("{} {r}", self.roles[r])
     }
 
-    /// Rank `from` sends a message.
-    pub fn sent(&mut self, from: usize, to: usize, bytes: u64, now: SimTime) {
+    /// Rank `from` sends `msg`.
+    pub fn sent(&mut self, from: usize, to: usize, msg: &M, bytes: u64, now: SimTime) {
         self.sends += 1;
         self.bytes += bytes;
         if !self.up[from] {
             let what = format!("{} sent a message to rank {to} while down", self.who(from));
             self.fail("crashed_node", now, what);
+        }
+        if let MsgAudit::Push { seq, w } = (self.classify)(msg) {
+            let n = self.up.len();
+            self.ledger.get_or_insert_with(|| Ledger::new(n)).sent(from, seq, w);
         }
     }
 
@@ -234,14 +293,8 @@ impl<M> Checker<M> {
         }
         let Some(l) = self.ledger.as_mut() else { return };
         match (self.classify)(msg) {
-            MsgAudit::Push { seq, w } if l.nodes[from].1.contains_key(&seq) => {
-                l.delivered.insert((from, seq), w);
-            }
-            // Taken back already (its acknowledgement was late): the receiver adds it again.
-            MsgAudit::Push { w, .. } => l.twice += w as i128,
-            MsgAudit::Ack { seq } => {
-                l.delivered.remove(&(to, seq));
-            }
+            MsgAudit::Push { seq, w } => l.delivered(from, seq, w),
+            MsgAudit::Ack { seq } => l.acked(to, seq),
             MsgAudit::Other => {}
         }
     }
@@ -262,12 +315,7 @@ impl<M> Checker<M> {
             self.agreed.clear(); // the last replica is gone (see `after`)
         }
         if let Some(l) = self.ledger.as_mut() {
-            l.lost += l.part(r);
-            l.nodes[r] = (0, BTreeMap::new());
-            let gone: Vec<_> = l.delivered.range((r, 0)..=(r, u64::MAX)).map(|(k, _)| *k).collect();
-            gone.iter().for_each(|k| {
-                l.delivered.remove(k);
-            });
+            l.crashed(r);
         }
     }
 
@@ -292,7 +340,7 @@ impl<M> Checker<M> {
             self.after(r, p, states(r), now);
         }
         if let Some(l) = self.ledger.as_mut() {
-            l.start = l.total();
+            l.start = l.total;
         }
     }
 
@@ -363,10 +411,9 @@ impl<M> Checker<M> {
         }
         if let Some((w, unacked)) = a.push_sum {
             let n = self.up.len();
-            let l =
-                self.ledger.get_or_insert_with(|| Ledger { nodes: vec![(0, BTreeMap::new()); n], ..Ledger::default() });
+            let l = self.ledger.get_or_insert_with(|| Ledger::new(n));
             l.update(r, w, unacked);
-            let (total, parts) = (l.total(), (l.start, l.twice, l.lost));
+            let (total, parts) = (l.total, (l.start, l.twice, l.lost));
             let expected = parts.0 + parts.1 - parts.2;
             if parts.0 != 0 && total != expected {
                 let what = format!(

@@ -104,7 +104,7 @@ impl<M> Driver<M> for SimDriver<'_, M> {
     }
     fn send(&mut self, from: usize, to: usize, msg: M, bytes: u64) {
         if let Some(c) = self.check.as_deref_mut() {
-            c.sent(from, to, bytes, self.sim.now());
+            c.sent(from, to, &msg, bytes, self.sim.now());
         }
         self.sim.send(from, to, bytes, msg).expect("a protocol sends from a live node to an existing rank");
     }
