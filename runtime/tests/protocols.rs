@@ -333,19 +333,23 @@ fn a_restarted_sync_member_asks_three_times_to_join_then_probes_and_adopts_the_d
     w.on_timer(ctx.at(6.5), end.tag);
     assert_eq!(w.members(), [0, 2]);
     assert_eq!(w.stage(), Stage::AwaitingState);
-    // A state of an older epoch is ignored; the donor's is adopted and the next iteration starts.
-    let state = |epoch| {
+    // A state of an older epoch, or of another view of this epoch, is ignored; the donor's is
+    // adopted and the next iteration starts.
+    let state = |epoch, members: &[usize]| {
         SyncMsg::State(Box::new(StateMsg {
             epoch,
+            view: view_id(epoch, members),
             done: 7,
             params: vec![0.5; 100],
             velocity: vec![0.0; 100],
             steps: 7,
         }))
     };
-    w.on_message(ctx.at(6.6), 1, state(0));
+    w.on_message(ctx.at(6.6), 1, state(0, &[0, 1, 2]));
     assert_eq!(w.stage(), Stage::AwaitingState);
-    w.on_message(ctx.at(6.7), 0, state(1));
+    w.on_message(ctx.at(6.65), 1, state(1, &[1, 2]));
+    assert_eq!(w.stage(), Stage::AwaitingState, "another view's donor");
+    w.on_message(ctx.at(6.7), 0, state(1, &[0, 2]));
     assert_eq!(w.stage(), Stage::Computing);
     assert_eq!(w.iterations(), 7);
     assert_eq!(w.params(), &[0.5; 100][..]);

@@ -185,6 +185,7 @@ impl SyncWorker {
         for (&m, _) in p.responders.iter().filter(|(&m, s)| m != rank && !in_step(s)) {
             let msg = SyncMsg::State(Box::new(StateMsg {
                 epoch: self.now.epoch,
+                view: self.now.view,
                 done: self.done,
                 params: Vec::clone(&self.params),
                 velocity: self.opt.velocity().to_vec(),
@@ -211,8 +212,11 @@ impl SyncWorker {
             self.pending_state = Some(msg);
             return;
         }
-        let StateMsg { epoch, done, params, velocity, steps } = *msg;
-        if epoch < self.now.epoch || !self.stage().awaits_state() {
+        let StateMsg { epoch, view, done, params, velocity, steps } = *msg;
+        // A state of an older epoch, or of another view of this one (a prober that heard other
+        // responders formed other members, with another donor: found by `dsgd torture`, where
+        // adopting it left two members of one view with different replicas), is ignored.
+        if epoch < self.now.epoch || view != self.now.view || !self.stage().awaits_state() {
             return;
         }
         let velocity = Self::share(ctx, velocity);

@@ -173,6 +173,9 @@ pub enum SyncMsg {
 pub struct StateMsg {
     /// Epoch.
     pub epoch: u32,
+    /// The view the donor formed: only members of that view adopt it (another prober may have
+    /// formed another view of the same epoch, with another donor).
+    pub view: u64,
     /// Completed iterations.
     pub done: u64,
     /// Parameters.
