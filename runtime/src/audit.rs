@@ -14,9 +14,10 @@ pub struct Audit<'a> {
     /// Counts that never decrease while the node is up (a restart may reset them): completed
     /// iterations, a shard's version, local steps.
     pub progress: [Option<u64>; 2],
-    /// Synchronous SGD: the membership view, the completed iterations and the parameters after
-    /// them, which every member of that view that completed them holds bit for bit.
-    pub agreed: Option<(u64, u64, &'a [f32])>,
+    /// Synchronous SGD: the membership view and its members, the completed iterations and the
+    /// parameters after them, which every member of that view that completed them holds bit for
+    /// bit.
+    pub agreed: Option<(u64, &'a [usize], u64, &'a [f32])>,
     /// Push-sum: the node's weight and its pushes not yet acknowledged (the checker learns each
     /// push's weight from the message; it asks only which are still held, and only when their
     /// number fell without an acknowledgement).

@@ -92,7 +92,7 @@ impl Protocol for Toy {
     }
     fn audit(&self) -> Audit<'_> {
         let steps = if self.defect == Defect::Regress && self.steps == 5 { 3 } else { self.steps };
-        let agreed = (self.defect == Defect::Disagree).then_some((7, self.steps, &self.x[..]));
+        let agreed = (self.defect == Defect::Disagree).then_some((7, &[0, 1, 2][..], self.steps, &self.x[..]));
         Audit {
             role: "node",
             stage: Some("stepping"),

@@ -163,6 +163,8 @@ pub(super) struct Checker<M> {
     progress: Vec<[Option<u64>; 2]>,
     agreed_at: Vec<Option<(u64, u64)>>,
     agreed: BTreeMap<(u64, u64), (u64, usize)>,
+    /// The members of each view seen.
+    view_members: BTreeMap<u64, Vec<usize>>,
     nonfinite: Vec<bool>,
     /// Live nodes that hold a synchronous replica (not waiting for a donor's state).
     holds: Vec<bool>,
@@ -227,6 +229,7 @@ impl<M> Checker<M> {
             progress: vec![[None; 2]; n],
             agreed_at: vec![None; n],
             agreed: BTreeMap::new(),
+            view_members: BTreeMap::new(),
             nonfinite: vec![false; n],
             holds: vec![false; n],
             roles: vec!["node"; n],
@@ -313,6 +316,7 @@ impl<M> Checker<M> {
         self.nonfinite[r] = false;
         if std::mem::replace(&mut self.holds[r], false) && !self.holds.iter().any(|&h| h) {
             self.agreed.clear(); // the last replica is gone (see `after`)
+            self.view_members.clear();
         }
         if let Some(l) = self.ledger.as_mut() {
             l.crashed(r);
@@ -326,6 +330,16 @@ impl<M> Checker<M> {
         self.changes[r].push(now);
         self.progress[r] = [None; 2];
         self.agreed_at[r] = None;
+        // A restarted member counts its epochs from zero again, so the views it forms may have the
+        // ids of views it was in before the crash, with other histories: those are forgotten.
+        let stale: Vec<u64> = self.view_members.iter().filter(|(_, m)| m.contains(&r)).map(|(&v, _)| v).collect();
+        for v in stale {
+            self.view_members.remove(&v);
+            let keys: Vec<(u64, u64)> = self.agreed.range((v, 0)..=(v, u64::MAX)).map(|(k, _)| *k).collect();
+            keys.iter().for_each(|k| {
+                self.agreed.remove(k);
+            });
+        }
     }
 
     /// Counts a fault hitting node `r` in its current stage.
@@ -388,10 +402,12 @@ impl<M> Checker<M> {
             // one can send): the cluster starts over from scratch, with epochs, and so view
             // ids, that earlier members used.
             self.agreed.clear();
+            self.view_members.clear();
         }
-        if let Some((view, done, params)) = a.agreed {
+        if let Some((view, members, done, params)) = a.agreed {
             if self.agreed_at[r] != Some((view, done)) {
                 self.agreed_at[r] = Some((view, done));
+                self.view_members.entry(view).or_insert_with(|| members.to_vec());
                 let h = bits_hash(params);
                 match self.agreed.get(&(view, done)) {
                     Some(&(h0, r0)) if h0 != h => {

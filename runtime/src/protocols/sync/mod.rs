@@ -606,7 +606,12 @@ impl Protocol for SyncWorker {
             Stage::Joining { .. } => "joining",
             Stage::Crashed => "crashed",
         };
-        let agreed = (!self.stage().awaits_state()).then_some((self.now.view, self.done, &self.params[..]));
+        let agreed = (!self.stage().awaits_state()).then_some((
+            self.now.view,
+            &self.now.members[..],
+            self.done,
+            &self.params[..],
+        ));
         Audit { role: "worker", stage: Some(stage), progress: [Some(self.done), None], agreed, push_sum: None }
     }
 }
