@@ -46,8 +46,14 @@ fn scenarios_are_the_same_on_every_machine() {
 fn the_defects_torture_found_stay_fixed() {
     // Each failed before its fix (a state hand-off that outlasted the timeout and restarted
     // forever; a panic when a member crashed after leaving its gradient on the ring board; a
-    // member that adopted the state of another view's donor).
-    for name in ["sync_handoff_livelock.json", "ring_board_crash_panic.json", "sync_state_from_another_view.json"] {
+    // member that adopted the state of another view's donor; a push-sum survivor drained to no
+    // weight, whose model was noise for good).
+    for name in [
+        "sync_handoff_livelock.json",
+        "ring_board_crash_panic.json",
+        "sync_state_from_another_view.json",
+        "push_sum_drained_weight.json",
+    ] {
         let spec = results().join("found").join(name);
         let dir = tempfile::tempdir().expect("a temporary folder");
         let o = dsgd(dir.path(), &["run", spec.to_str().expect("utf-8"), "--check", "--out", "r"]);

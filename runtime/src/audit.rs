@@ -18,10 +18,11 @@ pub struct Audit<'a> {
     /// parameters after them, which every member of that view that completed them holds bit for
     /// bit.
     pub agreed: Option<(u64, &'a [usize], u64, &'a [f32])>,
-    /// Push-sum: the node's weight and its pushes not yet acknowledged (the checker learns each
+    /// Push-sum: the node's weight, its pushes not yet acknowledged (the checker learns each
     /// push's weight from the message; it asks only which are still held, and only when their
-    /// number fell without an acknowledgement).
-    pub push_sum: Option<(i64, &'a dyn Held)>,
+    /// number fell without an acknowledgement), and the weight it has minted by renormalising,
+    /// over all its lives.
+    pub push_sum: Option<(i64, &'a dyn Held, i128)>,
 }
 
 /// A push-sum node's pushes not yet acknowledged, by sequence number.

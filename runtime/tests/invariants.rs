@@ -98,7 +98,7 @@ impl Protocol for Toy {
             stage: Some("stepping"),
             progress: [Some(steps), None],
             agreed,
-            push_sum: Some((self.w, &self.unacked)),
+            push_sum: Some((self.w, &self.unacked, 0)),
         }
     }
     fn audit_msg(msg: &Msg) -> MsgAudit {

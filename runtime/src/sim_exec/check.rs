@@ -12,8 +12,8 @@
 //!   same parameters, bit for bit;
 //! - `push_sum_mass`: the push-sum weight of the live nodes and of the pushes not yet
 //!   acknowledged equals the nodes' initial weight, plus the weight counted twice (a push taken
-//!   back after it was delivered), less the weight lost with crashed nodes; exactly, in fixed
-//!   point;
+//!   back after it was delivered), less the weight lost with crashed nodes, plus the weight
+//!   nodes minted by renormalising (a node near zero weight); exactly, in fixed point;
 //! - `crashed_node`: no message is sent by a node that is down, or delivered to one, or delivered
 //!   across a crash or restart of either end (it belongs to an earlier incarnation);
 //! - `scored`: an evaluation has a loss exactly when a model exists (every shard up for a
@@ -62,6 +62,8 @@ struct PushNode {
     arrived: BTreeSet<u64>,
     out_sum: i128,
     arrived_sum: i128,
+    /// The weight it has minted by renormalising, as last seen.
+    minted: i128,
 }
 
 /// The push-sum ledger (see `push_sum_mass`), kept up to date from the messages and the audits
@@ -71,9 +73,11 @@ struct Ledger {
     nodes: Vec<PushNode>,
     /// The sum over nodes of weight + pushes out − pushes out that arrived.
     total: i128,
-    /// Weight counted twice, and weight lost with crashed nodes.
+    /// Weight counted twice, weight lost with crashed nodes, and weight minted by nodes that
+    /// renormalised.
     twice: i128,
     lost: i128,
+    minted: i128,
     /// The weight the run started with.
     start: i128,
 }
@@ -121,10 +125,12 @@ impl Ledger {
 
     /// Node `r` as it is now: its weight, and the pushes it still holds. Pushes it no longer
     /// holds without an acknowledgement were taken back; those that had arrived count twice.
-    fn update(&mut self, r: usize, w: i64, held: &dyn Held) {
+    fn update(&mut self, r: usize, w: i64, held: &dyn Held, minted: i128) {
         let n = &mut self.nodes[r];
         self.total += (w - n.w) as i128;
         n.w = w;
+        self.minted += minted - n.minted;
+        n.minted = minted;
         let missing = n.out.len().saturating_sub(held.count());
         if missing > 0 {
             // Pushes are taken back oldest first (each when its own timeout fires), so the
@@ -147,6 +153,7 @@ impl Ledger {
     /// Node `r` crashed: its part is lost.
     fn crashed(&mut self, r: usize) {
         let n = std::mem::take(&mut self.nodes[r]);
+        self.nodes[r].minted = n.minted; // counted over all its lives
         let part = n.w as i128 + n.out_sum - n.arrived_sum;
         self.lost += part;
         self.total -= part;
@@ -425,20 +432,21 @@ impl<M> Checker<M> {
                 }
             }
         }
-        if let Some((w, unacked)) = a.push_sum {
+        if let Some((w, unacked, minted)) = a.push_sum {
             let n = self.up.len();
             let l = self.ledger.get_or_insert_with(|| Ledger::new(n));
-            l.update(r, w, unacked);
-            let (total, parts) = (l.total, (l.start, l.twice, l.lost));
-            let expected = parts.0 + parts.1 - parts.2;
+            l.update(r, w, unacked, minted);
+            let (total, parts) = (l.total, (l.start, l.twice, l.lost, l.minted));
+            let expected = parts.0 + parts.1 - parts.2 + parts.3;
             if parts.0 != 0 && total != expected {
                 let what = format!(
                     "after an event on {}, the live nodes and unacknowledged pushes hold {total} units of weight, \
-                     not {expected} (start {} + counted twice {} - lost with crashes {})",
+                     not {expected} (start {} + counted twice {} - lost with crashes {} + minted {})",
                     self.who(r),
                     parts.0,
                     parts.1,
-                    parts.2
+                    parts.2,
+                    parts.3
                 );
                 self.fail("push_sum_mass", now, what);
             }
