@@ -102,8 +102,10 @@ where
 
     /// True when the rank stops: at the wall-time limit, or once told to stop. Told that the
     /// iterations are done, it first finishes its own last one (its last chunks may still be on
-    /// their way), for at most a second, so that every replica ends after the same iteration, as
-    /// in the simulator.
+    /// their way), for at most ten seconds, so that every replica ends after the same iteration,
+    /// as in the simulator. (One second was not enough on two cores shared by two `mpirun` jobs
+    /// of four ranks and a build: a rank left one iteration short and ended with another
+    /// replica.)
     fn leaving(&mut self, now: SimTime) -> bool {
         if now >= self.end {
             self.stop.get_or_insert(StopReason::SimTime);
@@ -114,7 +116,7 @@ where
             && self.up
             && self.r.role.completed_iterations().zip(self.train.stop.iterations).is_some_and(|(k, n)| k < n);
         let told = *self.stop_seen.get_or_insert(now);
-        !behind || now.saturating_since(told) > SimDuration::from_secs_f64(1.0)
+        !behind || now.saturating_since(told) > SimDuration::from_secs_f64(10.0)
     }
 
     /// Injected crashes and restarts due by `now`.
