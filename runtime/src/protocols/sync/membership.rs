@@ -70,7 +70,7 @@ impl SyncWorker {
         let rank = ctx.rank();
         let joining = matches!(self.stage, Step::Joining { .. });
         if self.probing.is_none() && !joining && self.now.members[0] == rank {
-            for r in (0..ctx.ranks()).filter(|r| !self.now.members.contains(r)) {
+            for r in (0..ctx.ranks()).filter(|r| self.now.members.binary_search(r).is_err()) {
                 ctx.send(r, SyncMsg::Join { epoch: self.now.epoch }, SMALL);
             }
         }
@@ -112,7 +112,7 @@ impl SyncWorker {
         let current = self.probing.as_ref().map_or(self.now.epoch, |p| p.epoch);
         if epoch > current {
             self.start_probe(ctx, epoch);
-        } else if self.probing.is_none() && !self.now.members.contains(&from) {
+        } else if self.probing.is_none() && self.now.members.binary_search(&from).is_err() {
             // A prober from another group (a healed partition): merge in a newer epoch.
             self.start_probe(ctx, self.now.epoch.max(epoch) + 1);
         }

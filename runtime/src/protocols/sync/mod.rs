@@ -314,8 +314,9 @@ impl Mode {
 /// The current membership: the members, the epoch and their view id.
 #[derive(Clone, Debug)]
 struct Membership {
-    /// The members, by rank: at the start one list shared by every worker, so n workers hold one
-    /// n-long list, not n of them.
+    /// The members, by rank, in ascending order (so a rank is found by binary search: a linear
+    /// one at every gradient made 100,000 workers' iterations quadratic): at the start one list
+    /// shared by every worker, so n workers hold one n-long list, not n of them.
     members: Arc<[usize]>,
     epoch: u32,
     /// [`view_id`] of the epoch and members.
@@ -444,7 +445,7 @@ impl SyncWorker {
         self.gen += 1;
     }
     fn me(&self, rank: usize) -> Option<usize> {
-        self.now.members.iter().position(|&m| m == rank)
+        self.now.members.binary_search(&rank).ok()
     }
     /// `v`, or a vector with its bits that another member already holds (see
     /// [`crate::sharing`]).
