@@ -29,11 +29,12 @@ pub struct Estimate {
     pub ranks: usize,
     /// What drives it, most first: `(field, bytes)`.
     pub drivers: Vec<(String, f64)>,
-    /// Engine events, at most (gradients as if no worker ever waited, their messages' hops and
-    /// deliveries, evaluations).
+    /// Engine events expected: the gradients the workers compute before the first stop rule
+    /// (each worker's step, what it waits for, and a central NIC where there is one), their
+    /// messages, evaluations ([`expected_gradients`]).
     pub events: f64,
-    /// Wall seconds for those events at 5 million a second (this engine's order of magnitude
-    /// with a protocol on top), not counting real gradients' computation.
+    /// Wall seconds expected for those events ([`ns_per_event`]) and for first touching the
+    /// memory estimated, not counting real gradients' computation.
     pub wall_s: f64,
 }
 
@@ -84,6 +85,43 @@ fn messages_per_gradient(spec: &Spec) -> f64 {
         // A request and a reply (or a push and its acknowledgement) every tau steps.
         AlgorithmConfig::Easgd(c) => 2.0 / c.tau as f64,
         AlgorithmConfig::Gossip(c) => 2.0 / c.tau as f64,
+    }
+}
+
+/// Messages beyond the gradients' own: a parameter server's worker asks every shard for its
+/// slice at the start, and each answers (100,000 workers of 10 shards: 2 million messages
+/// before the first update); EASGD workers that time out waiting for the centre ask again.
+fn first_messages(spec: &Spec) -> f64 {
+    let n = spec.nodes as f64;
+    match &spec.algorithm {
+        AlgorithmConfig::AsyncPs(c) => 2.0 * n * c.shards as f64,
+        // A centre that cannot keep up leaves workers waiting past their timeout, and each asks
+        // again (a timer and a request each time).
+        AlgorithmConfig::Easgd(c) => {
+            let wire = 4.0 * wire_params(&spec.workload) / (spec.network.bandwidth_gbps * 1e9 / 8.0);
+            let wanted = n / (spec.compute.step_time_ms / 1e3 * c.tau.max(1) as f64);
+            if wanted * wire > 1.0 {
+                2.0 * n * spec.stop.sim_time_s / c.timeout_s
+            } else {
+                0.0
+            }
+        }
+        _ => 0.0,
+    }
+}
+
+/// Events beyond one a message: a hierarchical all-reduce's messages across racks pass the
+/// racks' uplinks and the core (about 1.2 events more each, measured by `dsgd bench-scale`).
+fn hops_per_gradient(spec: &Spec) -> f64 {
+    match spec.algorithm.sync() {
+        Some(c) if c.backup_workers == 0 && c.collective == CollectiveKind::Hierarchical => {
+            let rounds = match &spec.algorithm {
+                AlgorithmConfig::LocalSgd(l) => 1.0 / l.local_steps.max(1) as f64,
+                _ => 1.0,
+            };
+            rounds * 1.2 * 2.0 * (groups(spec, &c).1 - 1.0) * buckets(spec)
+        }
+        _ => 0.0,
     }
 }
 
@@ -178,16 +216,128 @@ pub fn estimate(spec: &Spec) -> Estimate {
     ];
     drivers.retain(|d| d.1 > 0.0);
     drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let step_s = spec.compute.step_time_ms / 1e3;
-    let gradients = n * spec.stop.sim_time_s / step_s;
-    let events = gradients * (1.0 + 2.0 * messages_per_gradient(spec)) + spec.stop.sim_time_s / spec.eval.every_s;
+    let gradients = expected_gradients(spec);
+    let events = gradients * (1.0 + messages_per_gradient(spec) + hops_per_gradient(spec))
+        + first_messages(spec)
+        + spec.stop.sim_time_s / spec.eval.every_s;
+    let bytes = replicas + schedules + sent + in_flight + engine + data + 64e6;
     Estimate {
-        bytes: replicas + schedules + sent + in_flight + engine + data + 64e6,
+        bytes,
         params,
         ranks,
         drivers,
         events,
-        wall_s: events / 5e6,
+        wall_s: events * ns_per_event(spec) * 1e-9 + bytes * FIRST_TOUCH_S_PER_BYTE,
+    }
+}
+
+/// Wall seconds to fault in a byte of fresh memory (the kernel zeroes pages at a few GB/s).
+const FIRST_TOUCH_S_PER_BYTE: f64 = 0.5e-9;
+
+/// Wall nanoseconds an event costs, message and protocol included (measured by `dsgd
+/// bench-scale` on a 2-core Intel Xeon, 2026-12-06: 170-275 ns at 100 nodes). It grows with the
+/// nodes as their state leaves the caches: slowly where an event touches a neighbour's state
+/// (collectives, servers: 209 ns at 10,000 nodes for the ring, 620 at 100,000 for the
+/// hierarchical all-reduce; 2-core AMD EPYC, 2026-12-06), fast where it touches a random peer's
+/// (gossip, EASGD's centre serving any worker: 620-900 ns at 10,000 gossip nodes, 1.5-1.8 µs at
+/// 100,000).
+pub fn ns_per_event(spec: &Spec) -> f64 {
+    let n = spec.nodes as f64;
+    match spec.algorithm {
+        AlgorithmConfig::Gossip(_) => 250.0 * (1.0 + (n / 4000.0).min(5.0)),
+        AlgorithmConfig::Easgd(_) => 250.0 * (1.0 + (n / 10_000.0).min(2.0)),
+        // Most of a large server's events are the workers' first pulls, served in order.
+        AlgorithmConfig::AsyncPs(_) => 200.0 * (1.0 + (n / 100_000.0).min(0.5)),
+        _ => 200.0 * (1.0 + (n / 40_000.0).min(1.5)),
+    }
+}
+
+/// The expected largest of `n` steps' jitter factors (a synchronous round waits for it), for
+/// steps that are each the sum of `h` draws.
+fn slowest_factor(jitter: &dsgd_sim::compute::Jitter, n: f64, h: f64) -> f64 {
+    use dsgd_sim::compute::Jitter;
+    let ln_n = n.max(1.0).ln();
+    match *jitter {
+        Jitter::None => 1.0,
+        // H_n ≈ ln n + 0.58.
+        Jitter::Exponential { mean } => 1.0 + mean * (ln_n + 0.58) / h.sqrt(),
+        Jitter::LogNormal { sigma } => {
+            let s = sigma / h.sqrt();
+            (-s * s / 2.0 + s * (2.0 * ln_n).sqrt()).exp()
+        }
+        Jitter::Pareto { alpha } => n.max(1.0).powf(1.0 / alpha.max(1.01)),
+    }
+}
+
+/// The mean jitter factor of one step.
+fn mean_factor(jitter: &dsgd_sim::compute::Jitter) -> f64 {
+    use dsgd_sim::compute::Jitter;
+    match *jitter {
+        Jitter::None | Jitter::LogNormal { .. } => 1.0,
+        Jitter::Exponential { mean } => 1.0 + mean,
+        Jitter::Pareto { alpha } => alpha.max(1.01) / (alpha.max(1.01) - 1.0),
+    }
+}
+
+/// Gradients a run of `spec` is expected to compute before its first stop rule (simulated
+/// time, iterations or updates): each worker's rate from its step time and what it waits for
+/// (a synchronous round waits for the slowest worker and its collective; a server's worker for
+/// its pull and push), bounded by a central NIC where the algorithm has one (the parameter
+/// server's shards, EASGD's centre). Stragglers other than jitter and faults are not counted.
+pub fn expected_gradients(spec: &Spec) -> f64 {
+    let n = spec.nodes as f64;
+    let step = spec.compute.step_time_ms / 1e3;
+    let jitter = &spec.compute.straggler.jitter;
+    let secs = spec.stop.sim_time_s;
+    let wire = 4.0 * wire_params(&spec.workload) / (spec.network.bandwidth_gbps * 1e9 / 8.0);
+    let lat = spec.network.latency_us / 1e6;
+    let updates = spec.stop.updates.map_or(f64::INFINITY, |u| u as f64);
+    match &spec.algorithm {
+        AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) => {
+            let c = spec.algorithm.sync().expect("synchronous");
+            let h = match &spec.algorithm {
+                AlgorithmConfig::LocalSgd(l) => l.local_steps.max(1) as f64,
+                _ => 1.0,
+            };
+            let log = n.log2().ceil().max(1.0);
+            let comm = if c.backup_workers > 0 {
+                // The aggregator's NIC takes in a message from every worker (sending the
+                // average back overlaps the next round's gathering).
+                (n - 1.0) * wire + 2.0 * lat
+            } else {
+                match c.collective {
+                    CollectiveKind::Ring | CollectiveKind::Analytic => 2.0 * (n - 1.0) * (wire / n + lat),
+                    CollectiveKind::Tree => 2.0 * log * (wire + lat),
+                    CollectiveKind::HalvingDoubling => 2.0 * (n - 1.0) / n * wire + 2.0 * log * lat,
+                    CollectiveKind::Hierarchical | CollectiveKind::AnalyticHierarchical => {
+                        let (g, r) = groups(spec, &c);
+                        2.0 * (g - 1.0) * (wire / g + lat) + 2.0 * (r - 1.0) * (wire / r + lat)
+                    }
+                }
+            };
+            let round = h * step * slowest_factor(jitter, n, h) + comm;
+            let rounds = (secs / round).min(spec.stop.iterations.map_or(f64::INFINITY, |i| i as f64)).min(updates);
+            n * h * rounds
+        }
+        AlgorithmConfig::AsyncPs(c) => {
+            // A worker pulls the model and pushes its gradient through its own NIC; each shard
+            // moves its slice in and out for every update.
+            let worker = n / (step * mean_factor(jitter) + 2.0 * (wire + lat));
+            let shards = c.shards.max(1) as f64 / wire.max(1e-12);
+            (worker.min(shards) * secs).min(updates)
+        }
+        AlgorithmConfig::Easgd(c) => {
+            // A worker waits for its exchange every tau steps; the centre's NIC moves a model in
+            // and out for each.
+            let tau = c.tau.max(1) as f64;
+            let worker = n * tau / (tau * step * mean_factor(jitter) + 2.0 * (wire + lat));
+            let centre = tau / wire.max(1e-12);
+            // Every worker's first tau steps come before it waits for the centre.
+            let first = n * tau * (secs / (tau * step * mean_factor(jitter))).min(1.0);
+            (worker.min(centre) * secs).max(first).min(updates * tau)
+        }
+        // Gossip computes while it exchanges.
+        AlgorithmConfig::Gossip(_) => (n / (step * mean_factor(jitter)) * secs).min(updates),
     }
 }
 
@@ -310,16 +460,37 @@ mod tests {
     }
 
     #[test]
-    fn events_follow_the_algorithms_message_counts() {
-        // 8 workers, 10 s of 100 ms steps: 800 gradients; a ring sends 14 messages a gradient.
+    fn events_follow_the_algorithms_rates_and_message_counts() {
+        // 8 workers, 10 s of 100 ms steps without jitter, 1,000 parameters on 10 Gb/s with
+        // 10 µs: a ring round is 0.1 s + 14 × (4 kB / 8 / 1.25 GB/s + 10 µs) = 0.100196 s, and
+        // sends 14 messages a gradient.
         let ring = estimate(&spec(
-            r#"{"nodes": 8, "compute": {"step_time_ms": 100}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
+            r#"{"nodes": 8, "workload": {"kind": "quadratic", "dim": 1000}, "compute": {"step_time_ms": 100},
+            "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
         ));
-        assert_eq!(ring.events, 800.0 * (1.0 + 2.0 * 14.0) + 10.0);
+        let rounds = 10.0 / (0.1 + 14.0 * (4000.0 / 8.0 / 1.25e9 + 10e-6));
+        assert!((ring.events - (8.0 * rounds * 15.0 + 10.0)).abs() < 1e-6, "{}", ring.events);
+        // Gossip computes while it exchanges: 800 gradients, 2 messages each.
         let gossip = estimate(&spec(
             r#"{"nodes": 8, "algorithm": {"kind": "gossip"}, "compute": {"step_time_ms": 100}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 1}}"#,
         ));
-        assert_eq!(gossip.events, 800.0 * (1.0 + 2.0 * 2.0) + 10.0);
+        assert_eq!(gossip.events, 800.0 * 3.0 + 10.0);
+        // The iteration rule stops a synchronous run first.
+        let short = spec(r#"{"nodes": 8, "stop": {"sim_time_s": 1000, "iterations": 5}}"#);
+        assert_eq!(expected_gradients(&short), 40.0);
+        // A parameter server's shards bound it: 100 workers of 10 ms steps want 10,000 updates a
+        // second, one shard's NIC moves a 4 MB model in and out 312.5 times a second.
+        let ps = spec(
+            r#"{"nodes": 100, "algorithm": {"kind": "async_ps", "shards": 1}, "compute": {"step_time_ms": 10},
+            "workload": {"kind": "timing", "params": 1000000}, "stop": {"sim_time_s": 2}}"#,
+        );
+        assert!((expected_gradients(&ps) - 625.0).abs() < 1e-9, "{}", expected_gradients(&ps));
+        // A synchronous round waits for the slowest of its workers' log-normal jitter.
+        let jit = dsgd_sim::compute::Jitter::LogNormal { sigma: 0.1 };
+        assert!(
+            (slowest_factor(&jit, 100.0, 1.0) - (-0.005f64 + 0.1 * (2.0 * 100f64.ln()).sqrt()).exp()).abs() < 1e-12
+        );
+        assert!(slowest_factor(&jit, 100.0, 4.0) < slowest_factor(&jit, 100.0, 1.0));
     }
 
     #[test]

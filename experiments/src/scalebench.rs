@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// The algorithms the benchmark knows, by name.
-pub const ALGORITHMS: &[&str] = &["sync_ring", "sync_hierarchical", "async_ps", "easgd", "gossip_pull", "gossip_push"];
+pub const ALGORITHMS: &[&str] =
+    &["sync_ring", "sync_hierarchical", "sync_backup", "async_ps", "easgd", "gossip_pull", "gossip_push"];
 
 /// The asynchronous algorithms' timeout in the benchmark, longer than a busy server's queue
 /// takes to drain (10,000 EASGD workers wait about a minute for their turn at the centre), so no
@@ -42,6 +43,15 @@ pub struct Row {
     /// Runs measured (the row has the fastest wall time and the largest peak memory).
     #[serde(default = "one")]
     pub runs: usize,
+    /// `dsgd check`'s expected events for the case ([`crate::bounds::estimate`]).
+    #[serde(default)]
+    pub estimated_events: f64,
+    /// `dsgd check`'s expected wall seconds for the case.
+    #[serde(default)]
+    pub estimated_wall_s: f64,
+    /// `dsgd check`'s estimated peak memory for the case, bytes.
+    #[serde(default)]
+    pub estimated_bytes: f64,
 }
 
 fn one() -> usize {
@@ -87,6 +97,14 @@ pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String)> {
     let iterations = |at_100: u64| (at_100 * 100 / nodes as u64).max(1);
     let n = nodes as f64;
     let (algorithm_json, stop, work): (Value, Value, String) = match algorithm {
+        "sync_ring" if nodes > 20_000 => {
+            let problem = format!(
+                "a message-level ring of {nodes} members sends {:.1e} messages an iteration; \
+                 sync_backup and sync_hierarchical scale further",
+                2.0 * n * (n - 1.0)
+            );
+            return Err(Error::argument("--nodes", problem));
+        }
         "sync_ring" => {
             let it = iterations(100);
             let work = format!("{it} iteration{}", if it == 1 { "" } else { "s" });
@@ -96,8 +114,18 @@ pub fn case(algorithm: &str, nodes: usize) -> Result<(Spec, String)> {
             let g = rack_size(nodes);
             v["network"]["topology"] = json!({"kind": "racks", "rack_size": g, "uplink_gbps": 40});
             let it = iterations(400);
-            let work = format!("{it} iterations, racks of {g}");
+            let work = format!("{it} iteration{}, racks of {g}", if it == 1 { "" } else { "s" });
             (json!({"kind": "sync", "collective": "hierarchical"}), json!({"iterations": it}), work)
+        }
+        // One aggregator and one backup worker: the aggregator gathers every gradient, so the
+        // events grow as the nodes (2 simulated seconds at 100,000 nodes), with a
+        // gradient of 100 parameters (400 bytes, as the quadratic's): a model the size of the
+        // others' would take the aggregator's NIC 320 s to gather at 100,000 nodes.
+        "sync_backup" => {
+            v["workload"]["params"] = json!(100);
+            let secs = (2e5 / n).clamp(2.0, 200.0);
+            let alg = json!({"kind": "sync", "backup_workers": 1, "timeout_s": PATIENT});
+            (alg, json!({"sim_time_s": secs}), format!("{secs} s, 1 backup worker, 100 parameters"))
         }
         "async_ps" => {
             let shards = 10.min(nodes);
@@ -143,6 +171,7 @@ pub fn peak_rss() -> u64 {
 /// Runs one case in this process.
 pub fn measure(algorithm: &str, nodes: usize) -> Result<Row> {
     let (spec, work) = case(algorithm, nodes)?;
+    let estimate = crate::bounds::estimate(&spec);
     let started = std::time::Instant::now();
     let outcome = crate::execute::execute(&spec, false)?;
     let wall_s = started.elapsed().as_secs_f64();
@@ -156,6 +185,9 @@ pub fn measure(algorithm: &str, nodes: usize) -> Result<Row> {
         peak_bytes: peak_rss(),
         digest: outcome.summary.digest,
         runs: 1,
+        estimated_events: estimate.events,
+        estimated_wall_s: estimate.wall_s,
+        estimated_bytes: estimate.bytes,
     })
 }
 
@@ -213,23 +245,26 @@ pub fn run_cases(
     Ok(rows)
 }
 
-/// The rows as a Markdown table.
+/// The rows as a Markdown table, each measurement beside `dsgd check`'s estimate.
 pub fn table(rows: &[Row]) -> String {
     let mut t = String::from(
-        "| algorithm | nodes | simulated | events | wall (s) | events/s | ns/event | peak memory (MB) |\n\
+        "| algorithm | nodes | simulated | events (estimate) | wall s (estimate) | events/s | ns/event | peak MB (estimate) |\n\
          |---|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} M | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {} ({:.2e}) | {:.2} ({:.2}) | {:.2} M | {:.0} | {:.0} ({:.0}) |\n",
             r.algorithm,
             r.nodes,
             r.work,
             r.events,
+            r.estimated_events,
             r.wall_s,
+            r.estimated_wall_s,
             r.events_per_s() / 1e6,
             r.ns_per_event(),
-            r.peak_bytes as f64 / 1e6
+            r.peak_bytes as f64 / 1e6,
+            r.estimated_bytes / 1e6
         ));
     }
     t
@@ -243,6 +278,9 @@ mod tests {
     fn every_case_is_a_valid_spec_and_unknown_names_are_refused() {
         for a in ALGORITHMS {
             for n in [1, 100, 1000, 10_000] {
+                if *a == "sync_backup" && n == 1 {
+                    continue; // a backup worker needs another worker
+                }
                 let (spec, work) = case(a, n).unwrap_or_else(|e| panic!("{a} {n}: {e}"));
                 assert_eq!(spec.nodes, n);
                 assert!(!work.is_empty());
@@ -254,6 +292,8 @@ mod tests {
             "{e}"
         );
         assert!(matches!(case("easgd", 0), Err(Error::Argument { flag: "--nodes", .. })));
+        assert!(matches!(case("sync_ring", 100_000), Err(Error::Argument { flag: "--nodes", .. })));
+        assert!(case("sync_backup", 100_000).is_ok());
         assert_eq!(rack_size(100), 10);
         assert_eq!(rack_size(1000), 40);
         assert_eq!(rack_size(10_000), 100);
@@ -267,5 +307,32 @@ mod tests {
         assert!(row.events >= row.messages);
         assert!(row.peak_bytes > 0, "VmHWM is readable on Linux");
         assert!(table(&[row]).contains("| sync_ring | 4 | 2500 iterations |"));
+    }
+
+    #[test]
+    fn the_estimate_is_within_twice_every_committed_measurement() {
+        // results/bench/scale.json, measured by `dsgd bench-scale` on this project's 2-core
+        // machines: dsgd check's expected events and wall time for each case within a factor 2.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../results/bench/scale.json");
+        // DSGD_BLESS=1 writes the current estimates into the file's rows.
+        let mut rows: Vec<Row> = serde_json::from_slice(&std::fs::read(path).expect("scale.json")).expect("rows");
+        assert!(rows.len() >= 20, "{} rows", rows.len());
+        let mut off = Vec::new();
+        for r in &mut rows {
+            let (spec, _) = case(&r.algorithm, r.nodes).expect("a case");
+            let e = crate::bounds::estimate(&spec);
+            (r.estimated_events, r.estimated_wall_s, r.estimated_bytes) = (e.events, e.wall_s, e.bytes);
+            for (what, est, got) in [("events", e.events, r.events as f64), ("wall", e.wall_s, r.wall_s)] {
+                let ratio = est / got;
+                if !(0.5..=2.0).contains(&ratio) {
+                    off.push(format!("{} at {}: {what} estimated {est:.3e}, measured {got:.3e}", r.algorithm, r.nodes));
+                }
+            }
+        }
+        if std::env::var_os("DSGD_BLESS").is_some() {
+            std::fs::write(path, serde_json::to_string_pretty(&rows).expect("rows serialise") + "\n")
+                .expect("writable");
+        }
+        assert!(off.is_empty(), "estimates off by more than 2x:\n{}", off.join("\n"));
     }
 }

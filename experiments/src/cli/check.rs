@@ -97,7 +97,7 @@ fn check_spec(path: &Path, sets: &[String], out: Out) -> anyhow::Result<ExitCode
     }
     say!(
         out,
-        "at most about {:.2e} events, {:.1} s of wall time for them{}",
+        "expected: about {:.2e} events, {:.1} s of wall time for them{}",
         est.events,
         est.wall_s,
         if matches!(spec.workload, dsgd_experiments::spec::WorkloadSpec::Burn { .. }) {
