@@ -203,13 +203,36 @@ fn bench_real_reports_each_case_beside_the_plain_loop() {
         assert!(cpu_ms > 0.0 && busy > 0.0 && busy <= cores * 1.2, "{r}");
     }
     // A case is an ordinary run: its digest is the one `dsgd run` gives for the same spec.
-    let spec = dsgd_experiments::realbench::spec("gossip", 3, 32, 0.2).unwrap();
+    let spec = dsgd_experiments::realbench::spec(dsgd_experiments::realbench::Cluster::Friendly, "gossip", 3, 32, 0.2)
+        .unwrap();
     std::fs::write(dir.path().join("case.json"), spec.to_string()).unwrap();
     let o = dsgd(dir.path(), &["run", "case.json", "--out", "case"]);
     assert!(o.status.success(), "{}", text(&o));
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("case/summary.json")).unwrap()).unwrap();
     assert_eq!(s["digest"], rows[1]["digest"]);
+}
+
+#[test]
+fn bench_real_runs_the_paper_cluster_and_reports_its_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench-real", "--cluster", "paper", "--workers", "2", "--algorithms", "gossip_push,local_sgd"];
+    let o =
+        dsgd(dir.path(), &[&args[..], &["--sim-time-s", "0.6", "--plain-steps", "20", "--json", "p.json"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("p.json")).unwrap()).unwrap();
+    assert_eq!(v["cluster"], "paper");
+    for r in v["rows"].as_array().unwrap() {
+        // 180 ms steps with jitter: a few gradients each in 0.6 s, taken over the wall time less
+        // the start-up (a 1 ms run of the same spec), which the row reports.
+        let (g, wall, start) =
+            (r["gradients"].as_f64().unwrap(), r["wall_s"].as_f64().unwrap(), r["startup_s"].as_f64().unwrap());
+        assert!(g >= 4.0 && start > 0.0 && wall > start, "{r}");
+        assert!((r["gradients_per_s"].as_f64().unwrap() - g / (wall - start)).abs() < 1e-6 * g / (wall - start), "{r}");
+    }
+    let bad = dsgd(dir.path(), &["bench-real", "--cluster", "paper", "--algorithms", "ring"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
 }
 
 #[test]
