@@ -224,12 +224,12 @@ fn bench_real_runs_the_paper_cluster_and_reports_its_start_up() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("p.json")).unwrap()).unwrap();
     assert_eq!(v["cluster"], "paper");
     for r in v["rows"].as_array().unwrap() {
-        // 180 ms steps with jitter: a few gradients each in 0.6 s, taken over the wall time less
-        // the start-up (a 1 ms run of the same spec), which the row reports.
+        // 180 ms steps with jitter: a few gradients each in 0.6 s, over the run's wall time; the
+        // start-up of a fresh process (a 1 ms run of the same spec) reported beside.
         let (g, wall, start) =
             (r["gradients"].as_f64().unwrap(), r["wall_s"].as_f64().unwrap(), r["startup_s"].as_f64().unwrap());
-        assert!(g >= 4.0 && start > 0.0 && wall > start, "{r}");
-        assert!((r["gradients_per_s"].as_f64().unwrap() - g / (wall - start)).abs() < 1e-6 * g / (wall - start), "{r}");
+        assert!(g >= 4.0 && start > 0.0 && wall > 0.0, "{r}");
+        assert!((r["gradients_per_s"].as_f64().unwrap() - g / wall).abs() < 1e-6 * g / wall, "{r}");
     }
     let bad = dsgd(dir.path(), &["bench-real", "--cluster", "paper", "--algorithms", "ring"]);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));

@@ -18,7 +18,8 @@ pub struct Args {
     algorithms: Vec<String>,
     /// The cluster: `friendly` (10 ms steps, no jitter, small messages) or `paper` (the paper
     /// sweeps' cluster: 180 ms steps with jitter, 46.8 MB messages, evaluation on 2,000 images;
-    /// rates over the wall time less the start-up, which is reported).
+    /// rates over runs that start with the one-time work done, and the start-up of a fresh
+    /// process reported beside them).
     #[arg(long, value_enum, default_value = "friendly")]
     cluster: realbench::Cluster,
     /// Minibatch size.
@@ -49,12 +50,13 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
         }
     }
     let cores = super::cores();
+    let exe = std::env::current_exe().ok();
     let plain = realbench::plain(a.batch, a.plain_steps.max(1))?;
     eprintln!("plain burn loop: {plain:.0} gradients/s on one core ({cores} cores here)");
     let mut rows = Vec::new();
     for alg in &algorithms {
         for &n in &a.workers {
-            let row = realbench::measure(a.cluster, alg, n, a.batch, secs)?;
+            let row = realbench::measure(a.cluster, alg, n, a.batch, secs, exe.as_deref())?;
             eprintln!(
                 "{:>11} {:>4} workers: {:.0} gradients/s ({} in {:.2} s, start-up {:.2} s; {:.3} CPU ms a gradient, {:.2} cores busy)",
                 alg,
