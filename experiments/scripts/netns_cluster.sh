@@ -149,15 +149,28 @@ chmod +x "$work/agent"
 
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-# In the background, so that a signal reaches the traps above while it runs.
-mpirun "${root[@]}" --oversubscribe -np "$hosts" --hostfile "$work/hostfile" \
-  --mca plm_rsh_agent "$work/agent" \
-  --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
-  "$@" &
-mpirun_pid=$!
-set +e
-wait "$mpirun_pid"
-code=$?
-set -e
-mpirun_pid=
+# In the background, so that a signal reaches the traps above while it runs. Open MPI 4.1's
+# daemon now and then dies of a segmentation fault in hwloc while it starts (seen once in 40
+# launches here); such a launch, failed by signal within 10 s, is tried once more.
+for attempt in 1 2; do
+  started=$(date +%s)
+  mpirun "${root[@]}" --oversubscribe -np "$hosts" --hostfile "$work/hostfile" \
+    --mca plm_rsh_agent "$work/agent" \
+    --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
+    "$@" &
+  mpirun_pid=$!
+  set +e
+  wait "$mpirun_pid"
+  code=$?
+  set -e
+  mpirun_pid=
+  if [ "$attempt" = 1 ] && [ "$code" -gt 128 ] && [ $(($(date +%s) - started)) -lt 10 ]; then
+    echo "netns_cluster.sh: mpirun failed by signal $((code - 128)) while starting; trying once more" >&2
+    for i in $(seq 0 $((hosts - 1))); do
+      ip netns pids "${prefix}h$i" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    done
+    continue
+  fi
+  break
+done
 exit $code

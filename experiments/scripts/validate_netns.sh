@@ -46,11 +46,18 @@ for f in "$specs"/*.json; do
   eight+=("$tmp/$name.json")
 done
 
+# One validation, unless a finished one is there already (so that a run cut short resumes).
+one() {
+  local dir="$1"; shift
+  [ -f "$dir/validation.json" ] && return 0
+  rm -rf "$dir"
+  "$here/netns_cluster.sh" "$@" -- "$dsgd" validate "${specs_of[@]}" --out "$dir"
+}
 for k in $(seq 1 "$reps"); do
-  "$here/netns_cluster.sh" --hosts 4 --gbps "$gbps" -- "$dsgd" validate "${four[@]}" --out "$out/ranks4-rep$k"
-  "$here/netns_cluster.sh" --hosts 8 --gbps "$gbps" -- "$dsgd" validate "${eight[@]}" --out "$out/ranks8-rep$k"
-  "$here/netns_cluster.sh" --hosts 9 --gbps "$gbps" -- "$dsgd" validate "$specs/incast.json" --out "$out/incast-rep$k"
-  "$here/netns_cluster.sh" --hosts 8 --gbps "$gbps" --racks 2 -- "$dsgd" validate "$specs/racks.json" --out "$out/racks-rep$k"
+  specs_of=("${four[@]}"); one "$out/ranks4-rep$k" --hosts 4 --gbps "$gbps"
+  specs_of=("${eight[@]}"); one "$out/ranks8-rep$k" --hosts 8 --gbps "$gbps"
+  specs_of=("$specs/incast.json"); one "$out/incast-rep$k" --hosts 9 --gbps "$gbps"
+  specs_of=("$specs/racks.json"); one "$out/racks-rep$k" --hosts 8 --gbps "$gbps" --racks 2
 done
 
 python3 - "$out" "$reps" "$gbps" <<'EOF'
