@@ -308,27 +308,32 @@ fn same_replicas(name: &str, extra: Option<&str>) {
     if let Some(e) = extra {
         sets.extend(["--set", e]);
     }
-    let sim = Command::new(env!("CARGO_BIN_EXE_dsgd"))
-        .current_dir(dir.path())
-        .args(["run", &spec, "--out", "sim"])
-        .args(&sets)
-        .output()
-        .unwrap();
-    assert!(sim.status.success(), "{}", text(&sim));
-    let mut args = vec!["real", &spec, "--out", "real"];
-    args.extend(&sets);
-    let o = mpirun(dir.path(), 4, &args);
-    assert!(o.status.success(), "{}", text(&o));
-    let read = |d: &str| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(dir.path().join(d).join("summary.json")).unwrap()).unwrap()
-    };
-    let (s, r) = (read("sim"), read("real"));
+    let (s, r) = simulated_and_real(dir.path(), &spec, &sets, 4);
     for key in ["stop_reason", "iterations", "updates", "gradients", "final_node_losses", "final_loss"] {
         assert_eq!(s[key], r[key], "{name}, {key}: simulated {} against real {}", s[key], r[key]);
     }
     let losses = s["final_node_losses"].as_array().unwrap();
     assert_eq!(losses.len(), 4);
     assert!(losses.iter().all(|l| *l == losses[0]), "every replica after the same 15 iterations: {losses:?}");
+}
+
+/// Runs `spec` with `sets` in the simulator and over MPI on `np` ranks; both summaries.
+fn simulated_and_real(dir: &Path, spec: &str, sets: &[&str], np: usize) -> (serde_json::Value, serde_json::Value) {
+    let sim = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir)
+        .args(["run", spec, "--out", "sim"])
+        .args(sets)
+        .output()
+        .unwrap();
+    assert!(sim.status.success(), "{}", text(&sim));
+    let mut args = vec!["real", spec, "--out", "real"];
+    args.extend(sets);
+    let o = mpirun(dir, np, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let read = |d: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(d).join("summary.json")).unwrap()).unwrap()
+    };
+    (read("sim"), read("real"))
 }
 
 #[test]
@@ -389,21 +394,7 @@ fn one_worker_of_a_server_or_a_centre_ends_with_the_same_model_in_both_executors
         let mut sets =
             vec!["--set", "nodes=1", "--set", alg, "--set", "stop.updates=30", "--set", "stop.sim_time_s=100"];
         sets.extend(["--set", "stop.target_loss=null", "--set", "compute.step_time_ms=20"]);
-        let sim = Command::new(env!("CARGO_BIN_EXE_dsgd"))
-            .current_dir(dir.path())
-            .args(["run", &spec, "--out", "sim"])
-            .args(&sets)
-            .output()
-            .unwrap();
-        assert!(sim.status.success(), "{}", text(&sim));
-        let mut args = vec!["real", &spec, "--out", "real"];
-        args.extend(&sets);
-        let o = mpirun(dir.path(), 2, &args);
-        assert!(o.status.success(), "{}", text(&o));
-        let read = |d: &str| -> serde_json::Value {
-            serde_json::from_slice(&std::fs::read(dir.path().join(d).join("summary.json")).unwrap()).unwrap()
-        };
-        let (s, r) = (read("sim"), read("real"));
+        let (s, r) = simulated_and_real(dir.path(), &spec, &sets, 2);
         for key in ["stop_reason", "updates", "gradients", "final_loss", "final_node_losses"] {
             assert_eq!(s[key], r[key], "{alg}, {key}: simulated {} against real {}", s[key], r[key]);
         }
