@@ -55,6 +55,19 @@ fn buckets(spec: &Spec) -> f64 {
     by_size.min(spec.workload.profile_layers() as f64).max(1.0)
 }
 
+/// Gradients a worker takes between all-reduces: local SGD's `local_steps`, 1 otherwise.
+fn local_steps(spec: &Spec) -> f64 {
+    match &spec.algorithm {
+        AlgorithmConfig::LocalSgd(l) => l.local_steps.max(1) as f64,
+        _ => 1.0,
+    }
+}
+
+/// Seconds a NIC of `spec` takes to send one model's message.
+fn wire_s(spec: &Spec) -> f64 {
+    4.0 * wire_params(&spec.workload) / (spec.network.bandwidth_gbps * 1e9 / 8.0)
+}
+
 /// Messages a worker's gradient causes, on average, under `spec`'s algorithm.
 fn messages_per_gradient(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
@@ -63,12 +76,7 @@ fn messages_per_gradient(spec: &Spec) -> f64 {
         AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) => {
             let c = &spec.algorithm.sync().expect("synchronous");
             // Local SGD all-reduces once every `local_steps` gradients.
-            let rounds = match &spec.algorithm {
-                AlgorithmConfig::LocalSgd(l) => 1.0 / l.local_steps.max(1) as f64,
-                _ => 1.0,
-            };
-            rounds
-                * buckets(spec)
+            buckets(spec) / local_steps(spec)
                 * match c.collective {
                     CollectiveKind::Ring => 2.0 * (n - 1.0),
                     CollectiveKind::Tree => 2.0,
@@ -91,14 +99,14 @@ fn messages_per_gradient(spec: &Spec) -> f64 {
 /// Messages beyond the gradients' own: a parameter server's worker asks every shard for its
 /// slice at the start, and each answers (100,000 workers of 10 shards: 2 million messages
 /// before the first update); EASGD workers that time out waiting for the centre ask again.
-fn first_messages(spec: &Spec) -> f64 {
+fn extra_messages(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
     match &spec.algorithm {
         AlgorithmConfig::AsyncPs(c) => 2.0 * n * c.shards as f64,
         // A centre that cannot keep up leaves workers waiting past their timeout, and each asks
         // again (a timer and a request each time).
         AlgorithmConfig::Easgd(c) => {
-            let wire = 4.0 * wire_params(&spec.workload) / (spec.network.bandwidth_gbps * 1e9 / 8.0);
+            let wire = wire_s(spec);
             let wanted = n / (spec.compute.step_time_ms / 1e3 * c.tau.max(1) as f64);
             if wanted * wire > 1.0 {
                 2.0 * n * spec.stop.sim_time_s / c.timeout_s
@@ -115,11 +123,7 @@ fn first_messages(spec: &Spec) -> f64 {
 fn hops_per_gradient(spec: &Spec) -> f64 {
     match spec.algorithm.sync() {
         Some(c) if c.backup_workers == 0 && c.collective == CollectiveKind::Hierarchical => {
-            let rounds = match &spec.algorithm {
-                AlgorithmConfig::LocalSgd(l) => 1.0 / l.local_steps.max(1) as f64,
-                _ => 1.0,
-            };
-            rounds * 1.2 * 2.0 * (groups(spec, &c).1 - 1.0) * buckets(spec)
+            1.2 * 2.0 * (groups(spec, &c).1 - 1.0) * buckets(spec) / local_steps(spec)
         }
         _ => 0.0,
     }
@@ -218,7 +222,7 @@ pub fn estimate(spec: &Spec) -> Estimate {
     drivers.sort_by(|a, b| b.1.total_cmp(&a.1));
     let gradients = expected_gradients(spec);
     let events = gradients * (1.0 + messages_per_gradient(spec) + hops_per_gradient(spec))
-        + first_messages(spec)
+        + extra_messages(spec)
         + spec.stop.sim_time_s / spec.eval.every_s;
     let bytes = replicas + schedules + sent + in_flight + engine + data + 64e6;
     Estimate {
@@ -289,16 +293,13 @@ pub fn expected_gradients(spec: &Spec) -> f64 {
     let step = spec.compute.step_time_ms / 1e3;
     let jitter = &spec.compute.straggler.jitter;
     let secs = spec.stop.sim_time_s;
-    let wire = 4.0 * wire_params(&spec.workload) / (spec.network.bandwidth_gbps * 1e9 / 8.0);
+    let wire = wire_s(spec);
     let lat = spec.network.latency_us / 1e6;
     let updates = spec.stop.updates.map_or(f64::INFINITY, |u| u as f64);
     match &spec.algorithm {
         AlgorithmConfig::Sync(_) | AlgorithmConfig::LocalSgd(_) => {
             let c = spec.algorithm.sync().expect("synchronous");
-            let h = match &spec.algorithm {
-                AlgorithmConfig::LocalSgd(l) => l.local_steps.max(1) as f64,
-                _ => 1.0,
-            };
+            let h = local_steps(spec);
             let log = n.log2().ceil().max(1.0);
             let comm = if c.backup_workers > 0 {
                 // The aggregator's NIC takes in a message from every worker (sending the
