@@ -46,13 +46,17 @@ if [ "$hosts" -lt 1 ] || [ "$hosts" -gt 200 ]; then
   echo "netns_cluster.sh: --hosts must be between 1 and 200, not $hosts" >&2
   exit 2
 fi
-if ! awk -v r="$gbps" 'BEGIN { exit !(r + 0 > 0 && r + 0 <= 100) }'; then
+# A rate in Gbit/s: above 0 and at most 100.
+rate_ok() { awk -v r="$1" 'BEGIN { exit !(r + 0 > 0 && r + 0 <= 100) }'; }
+# A token bucket's burst for a rate: at least a timer tick's worth of bytes (and 64 KB).
+burst_of() { awk -v r="$1" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 65536) b = 65536; printf "%d", b }'; }
+if ! rate_ok "$gbps"; then
   echo "netns_cluster.sh: --gbps must be a rate above 0 and at most 100, not '$gbps'" >&2
   exit 2
 fi
 case "$racks" in 1|2) ;; *) echo "netns_cluster.sh: --racks must be 1 or 2, not '$racks'" >&2; exit 2 ;; esac
 uplink=${uplink:-$gbps}
-if ! awk -v r="$uplink" 'BEGIN { exit !(r + 0 > 0 && r + 0 <= 100) }'; then
+if ! rate_ok "$uplink"; then
   echo "netns_cluster.sh: --uplink-gbps must be a rate above 0 and at most 100, not '$uplink'" >&2
   exit 2
 fi
@@ -103,8 +107,7 @@ if ! ip netns add "${prefix}probe" 2>/dev/null; then
 fi
 ip netns del "${prefix}probe"
 
-# The token bucket: a burst of at least a timer tick's worth of bytes at the rate (and 64 KB).
-burst=$(awk -v r="$gbps" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 65536) b = 65536; printf "%d", b }')
+burst=$(burst_of "$gbps")
 
 ip link add "$bridge" type bridge
 ip addr add "$subnet.254/24" dev "$bridge"
@@ -116,7 +119,7 @@ if [ "$racks" = 2 ]; then
   ip link add "${prefix}u0" type veth peer name "${prefix}u1"
   ip link set "${prefix}u0" master "$bridge" up
   ip link set "${prefix}u1" master "${bridge}1" up
-  ubrst=$(awk -v r="$uplink" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 65536) b = 65536; printf "%d", b }')
+  ubrst=$(burst_of "$uplink")
   tc qdisc add dev "${prefix}u0" root tbf rate "${uplink}gbit" burst "$ubrst" latency 100ms
   tc qdisc add dev "${prefix}u1" root tbf rate "${uplink}gbit" burst "$ubrst" latency 100ms
 fi
