@@ -10,6 +10,14 @@
 //! asked is a failure. `.ci/run` runs 300 cases; `DSGD_FUZZ_CASES=100000 cargo test --release -p
 //! dsgd-experiments --test fuzz -- --nocapture` runs as many as asked and prints the figures
 //! (`DSGD_FUZZ_SEED` picks another sequence, `DSGD_FUZZ_BOUND_S` the time bound, default 5 s).
+//!
+//! Each case runs under the memory budget `dsgd run` gives it (its estimate with room to spare),
+//! so a run that outgrows it stops over its budget (a fourth clean ending, with nothing written).
+//! `DSGD_FUZZ_HEAVY=1` makes every mutation a size scaled up 1 to 100 times (nodes, dimensions,
+//! parameters, shards, times, rates): the memory-heavy cases, for a run under `ulimit -v`.
+//! `DSGD_FUZZ_OUT=DIR` keeps the specs of the cases that stopped at the bound or over their budget
+//! (`long/`, `over_budget/`) and `fuzz.json` with each one's estimate beside what it did, so what
+//! stays long can be classified against the estimate.
 
 use dsgd_experiments::bounds::check_memory;
 use dsgd_experiments::execute::{execute, write_run};
@@ -145,11 +153,18 @@ fn value() -> impl Strategy<Value = Value> {
 
 /// One mutation: which place (an index taken modulo the number of places), what to do (0
 /// replace, 1 remove, 2 add an unknown sibling, 3 flip the container, 4-9 nudge a number), a
-/// value, and a factor for nudges. Nudges are weighted up so that about half the cases run.
+/// value, and a factor for nudges (10, 11: a heavy case's scaling up or down by 10^factor). Nudges are weighted up so that about half the cases run.
 type Mutation = (u32, u8, Value, f64);
 
 fn case() -> impl Strategy<Value = (usize, Vec<Mutation>)> {
     (0..bases().len(), prop::collection::vec((any::<u32>(), 0u8..10, value(), 0.1f64..10.0), 1..4))
+}
+
+/// The memory-heavy cases: one to three numbers scaled up (10) or down (11) by 10^x, x in 0..4
+/// (more nodes, parameters, shards or time; shorter steps or more frequent evaluations).
+fn heavy_case() -> impl Strategy<Value = (usize, Vec<Mutation>)> {
+    let scale = prop_oneof![3 => Just(10u8), 1 => Just(11u8)];
+    (0..bases().len(), prop::collection::vec((any::<u32>(), scale, Just(json!(0)), 0.0f64..4.0), 1..4))
 }
 
 fn mutate(base: &Value, muts: &[Mutation]) -> Value {
@@ -171,6 +186,18 @@ fn mutate(base: &Value, muts: &[Mutation]) -> Value {
             }
             (Value::Object(m), Value::String(k), 2) => {
                 m.insert(format!("{k}_unknown"), x.clone());
+            }
+            (Value::Object(m), Value::String(k), 10 | 11) => {
+                // A heavy case: a number scaled, whole numbers kept whole; nothing else.
+                let factor = if *op == 10 { 10f64.powf(*factor) } else { 10f64.powf(-factor) };
+                let scaled = match m.get(&k) {
+                    Some(Value::Number(n)) if n.is_u64() => {
+                        json!((n.as_u64().unwrap_or(0) as f64 * factor).round() as u64)
+                    }
+                    Some(Value::Number(n)) => json!(n.as_f64().unwrap_or(0.0) * factor),
+                    _ => continue,
+                };
+                m.insert(k, scaled);
             }
             (Value::Object(m), Value::String(k), 4..=9) => {
                 let nudged = match m.get(&k) {
@@ -218,8 +245,11 @@ struct Tally {
     refused_for_memory: u64,
     ran: u64,
     stopped_at_bound: u64,
+    stopped_over_budget: u64,
     failures: Vec<String>,
     slowest_s: f64,
+    /// The cases that stopped at the bound or over their budget, with the estimate beside.
+    kept: Vec<Value>,
 }
 
 fn check_case(spec_json: &Value, bound: Duration, tally: &mut Tally) {
@@ -240,6 +270,8 @@ fn check_case(spec_json: &Value, bound: Duration, tally: &mut Tally) {
         tally.refused_for_memory += 1;
         return;
     }
+    let estimate = dsgd_experiments::bounds::estimate(&spec);
+    dsgd_experiments::bounds::set_budget(Some(&spec));
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("run");
     // The watchdog asks the run to stop at the bound, and fails the whole test if it does not.
@@ -281,6 +313,16 @@ fn check_case(spec_json: &Value, bound: Duration, tally: &mut Tally) {
             if dest.exists() {
                 tally.failures.push(format!("a run stopped at the bound left a folder\n  spec: {text}"));
             }
+            tally.kept.push(json!({"ending": "long", "took_s": took, "estimated_s": estimate.wall_s,
+                "estimated_events": estimate.events, "estimated_bytes": estimate.bytes, "spec": spec_json}));
+        }
+        Ok(Err(dsgd_experiments::Error::Sim(dsgd_sim::SimError::OverBudget(why)))) => {
+            tally.stopped_over_budget += 1;
+            if dest.exists() {
+                tally.failures.push(format!("a run stopped over its budget left a folder\n  spec: {text}"));
+            }
+            tally.kept.push(json!({"ending": "over_budget", "took_s": took, "estimated_s": estimate.wall_s,
+                "estimated_bytes": estimate.bytes, "why": why.to_string(), "spec": spec_json}));
         }
         Ok(Err(e)) => tally.failures.push(format!("an error after the spec check: {e}\n  spec: {text}")),
         Ok(Ok(_)) => {
@@ -295,6 +337,22 @@ fn check_case(spec_json: &Value, bound: Duration, tally: &mut Tally) {
     }
 }
 
+/// Writes the kept cases' specs (`long/case-K.json`, `over_budget/case-K.json`) and `fuzz.json`.
+fn keep(out: &std::path::Path, tally: &Tally, cases: u64, seed: u64, heavy: bool, bound: Duration) {
+    std::fs::create_dir_all(out).unwrap();
+    for (k, case) in tally.kept.iter().enumerate() {
+        let dir = out.join(case["ending"].as_str().unwrap_or("other"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("case-{k}.json")), serde_json::to_string_pretty(&case["spec"]).unwrap())
+            .unwrap();
+    }
+    let summary = json!({"cases": cases, "seed": seed, "heavy": heavy, "bound_s": bound.as_secs_f64(),
+        "refused_with_field": tally.refused_with_field, "refused_for_memory": tally.refused_for_memory,
+        "ran": tally.ran, "stopped_at_bound": tally.stopped_at_bound, "stopped_over_budget": tally.stopped_over_budget,
+        "failures": tally.failures, "kept": tally.kept});
+    std::fs::write(out.join("fuzz.json"), serde_json::to_string_pretty(&summary).unwrap()).unwrap();
+}
+
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -307,7 +365,8 @@ fn mutated_specs_are_refused_with_a_field_or_run_to_a_complete_folder() {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
-    let strategy = case();
+    let heavy = env("DSGD_FUZZ_HEAVY", 0u8) == 1;
+    let strategy = if heavy { heavy_case().boxed() } else { case().boxed() };
     let bases = bases();
     for b in &bases {
         assert!(spec_from_value("base", b.clone()).is_ok(), "a base spec is invalid: {b}");
@@ -322,17 +381,23 @@ fn mutated_specs_are_refused_with_a_field_or_run_to_a_complete_folder() {
         check_case(&v, bound, &mut tally);
     }
     println!(
-        "{cases} cases in {:.1} s (seed {seed}, bound {:.0} s): {} refused naming a field, {} refused for memory, \
-         {} ran to a complete folder, {} stopped at the time bound, {} failures; slowest case {:.2} s; bases {seen:?}",
+        "{cases} cases in {:.1} s (seed {seed}, bound {:.0} s{}): {} refused naming a field, {} refused for memory, \
+         {} ran to a complete folder, {} stopped at the time bound, {} stopped over their memory budget, {} failures; \
+         slowest case {:.2} s; bases {seen:?}",
         t0.elapsed().as_secs_f64(),
         bound.as_secs_f64(),
+        if heavy { ", memory-heavy" } else { "" },
         tally.refused_with_field,
         tally.refused_for_memory,
         tally.ran,
         tally.stopped_at_bound,
+        tally.stopped_over_budget,
         tally.failures.len(),
         tally.slowest_s,
     );
+    if let Ok(out) = std::env::var("DSGD_FUZZ_OUT") {
+        keep(std::path::Path::new(&out), &tally, cases, seed, heavy, bound);
+    }
     assert!(tally.failures.is_empty(), "{} failures:\n{}", tally.failures.len(), tally.failures.join("\n"));
     // The generator reaches both sides of the check.
     assert!(tally.ran > 0 && tally.refused_with_field > 0, "{tally:?}");
