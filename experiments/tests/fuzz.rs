@@ -17,7 +17,8 @@
 //! parameters, shards, times, rates): the memory-heavy cases, for a run under `ulimit -v`.
 //! `DSGD_FUZZ_OUT=DIR` keeps the specs of the cases that stopped at the bound or over their budget
 //! (`long/`, `over_budget/`) and `fuzz.json` with each one's estimate beside what it did, so what
-//! stays long can be classified against the estimate.
+//! stays long can be classified against the estimate, and `current.json`, the case under way
+//! (the culprit, if the process is ended from outside).
 
 use dsgd_experiments::bounds::check_memory;
 use dsgd_experiments::execute::{execute, write_run};
@@ -272,6 +273,11 @@ fn check_case(spec_json: &Value, bound: Duration, tally: &mut Tally) {
     }
     let estimate = dsgd_experiments::bounds::estimate(&spec);
     dsgd_experiments::bounds::set_budget(Some(&spec));
+    if let Ok(out) = std::env::var("DSGD_FUZZ_OUT") {
+        // The case under way, for a process that the kernel or the allocator ends.
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(std::path::Path::new(&out).join("current.json"), &text).unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("run");
     // The watchdog asks the run to stop at the bound, and fails the whole test if it does not.
