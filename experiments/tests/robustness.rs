@@ -149,6 +149,47 @@ fn a_run_that_outgrows_its_memory_stops_naming_the_nic_that_holds_it_and_writes_
 }
 
 #[test]
+fn a_probe_to_every_rank_from_every_member_stops_over_its_budget_naming_the_senders() {
+    // Found by the fuzzer's memory-heavy cases (10,601 members took a 4 GB address space in one
+    // doubling of the event queue): after a lost message every member of a ring probes every
+    // rank at once, a million messages among 1,000 members.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"{"nodes": 1000, "algorithm": {"kind": "sync", "collective": "ring", "timeout_s": 0.5},
+        "workload": {"kind": "quadratic", "dim": 20}, "compute": {"step_time_ms": 10}, "network": {"transport": "datagram"},
+        "faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 0.05}],
+        "stop": {"sim_time_s": 2}, "eval": {"every_s": 0.5}}"#;
+    std::fs::write(dir.path().join("probes.json"), spec).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir.path())
+        .env("DSGD_MEMORY_BUDGET_MB", "150")
+        .args(["run", "probes.json", "--out", "r"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let msg = text(&o);
+    assert!(msg.contains("senders (at most 999 from one") && msg.contains("send to many others at once"), "{msg}");
+    assert!(!dir.path().join("r").exists(), "nothing half-done is written");
+}
+
+#[test]
+fn check_warns_of_a_timeout_that_a_backup_aggregators_round_outlasts() {
+    // Found by `dsgd torture` (seed 187048): every iteration timed out and none stepped.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"{"nodes": 32, "algorithm": {"kind": "sync", "backup_workers": 1, "timeout_s": 0.437},
+        "workload": {"kind": "timing", "params": 2000000}, "compute": {"step_time_ms": 2}, "stop": {"sim_time_s": 3},
+        "network": {"bandwidth_gbps": 40, "topology": {"kind": "racks", "rack_size": 16, "uplink_gbps": 2}}}"#;
+    std::fs::write(dir.path().join("backup.json"), spec).unwrap();
+    let o = dsgd(dir.path(), &["check", "backup.json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: algorithm.timeout_s is 0.437 s"), "{}", text(&o));
+    let o = dsgd(dir.path(), &["run", "backup.json", "--out", "r", "--json"]);
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["updates"], 0, "the warning is true: {}", text(&o));
+    let o = dsgd(dir.path(), &["check", "backup.json", "--set", "algorithm.timeout_s=3"]);
+    assert!(!text(&o).contains("warning"), "{}", text(&o));
+}
+
+#[test]
 fn half_written_folders_of_dead_processes_are_removed_at_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");

@@ -16,6 +16,12 @@ pub struct Backlog {
     pub wire_bytes: u64,
     /// The sender with the most such messages (the lowest rank on ties), if any.
     pub worst: Option<SenderBacklog>,
+    /// Bytes the event queue will allocate at once when it next grows (0 unless nearly full).
+    pub growth_bytes: u64,
+    /// Nodes with messages in flight.
+    pub senders: usize,
+    /// Nodes in the cluster.
+    pub nodes: usize,
 }
 
 /// One sender's messages in flight.
@@ -41,16 +47,28 @@ impl Backlog {
             self.messages,
             gb(self.wire_bytes)
         );
+        let growth = if self.growth_bytes > 0 {
+            format!("; the event queue would next take {:.2} GB at once", gb(self.growth_bytes))
+        } else {
+            String::new()
+        };
         match &self.worst {
+            // A burst to many peers from many senders (every member probing every rank at once):
+            // none holds more than a message for each node, so none sends beyond its bandwidth.
+            Some(w) if w.messages < self.nodes as u64 && self.senders > 4 => format!(
+                "{total} from {} senders (at most {} from one, node {}): the nodes send to many others at \
+                 once{growth}",
+                self.senders, w.messages, w.node
+            ),
             Some(w) if w.messages > 1 => format!(
                 "node {}'s NIC holds {} messages not yet delivered ({:.2} GB on the wire, booked {} ahead): it sends \
-                 faster than its bandwidth allows; {total}",
+                 faster than its bandwidth allows; {total}{growth}",
                 w.node,
                 w.messages,
                 gb(w.wire_bytes),
                 w.booked
             ),
-            _ => total,
+            _ => format!("{total}{growth}"),
         }
     }
 }

@@ -364,7 +364,8 @@ impl<M> Sim<M> {
     /// What the engine holds now: pending events, and messages in flight by sender.
     pub fn backlog(&self) -> Backlog {
         let mut per_sender: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let mut b = Backlog { events: self.queue.len(), ..Backlog::default() };
+        let mut b =
+            Backlog { events: self.queue.len(), growth_bytes: self.pending_growth_bytes(), ..Backlog::default() };
         for (_, ev) in self.queue.pending() {
             if let Ev::Hop(tr) | Ev::Deliver(tr) | Ev::Received(tr) | Ev::Resend(tr) = ev {
                 b.messages += 1;
@@ -375,6 +376,7 @@ impl<M> Sim<M> {
             }
         }
         let now = self.now();
+        (b.senders, b.nodes) = (per_sender.len(), self.nodes());
         b.worst = per_sender.into_iter().max_by_key(|&(node, (m, _))| (m, std::cmp::Reverse(node))).map(
             |(node, (messages, wire_bytes))| SenderBacklog {
                 node: node as usize,
@@ -384,6 +386,16 @@ impl<M> Sim<M> {
             },
         );
         b
+    }
+    /// Events pending.
+    #[inline]
+    pub fn pending_events(&self) -> usize {
+        self.queue.len()
+    }
+    /// Bytes the event queue will allocate at once when it next grows, once it is nearly full
+    /// (see [`EventQueue::pending_growth_bytes`]); 0 otherwise.
+    pub fn pending_growth_bytes(&self) -> u64 {
+        self.queue.pending_growth_bytes()
     }
     /// The recorded trace (if tracing is on).
     pub fn trace(&self) -> Option<&Trace> {

@@ -86,6 +86,19 @@ impl<E> EventQueue<E> {
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
+    /// Bytes the slab of payloads will allocate at once when it next grows (it doubles when full
+    /// and no slot is free), once it is nearly full (15/16) with few free slots; 0 otherwise. A
+    /// run whose events multiply (a probe to every one of 10,000 ranks from each of them) holds
+    /// a slab of gigabytes, and the doubling would ask for twice that in one allocation, before
+    /// any check of what the process holds could see it.
+    pub fn pending_growth_bytes(&self) -> u64 {
+        let (len, cap) = (self.slots.len(), self.slots.capacity());
+        if len * 16 >= cap * 15 && self.free.len() * 16 < cap {
+            (2 * cap.max(4) * std::mem::size_of::<Slot<E>>()) as u64
+        } else {
+            0
+        }
+    }
     /// The pending events, in no particular order (for diagnostics: what a run holds).
     pub fn pending(&self) -> impl Iterator<Item = (SimTime, &E)> {
         self.slots.iter().filter_map(|s| s.payload.as_ref().map(|p| (s.at, p)))

@@ -287,3 +287,28 @@ fn the_backlog_names_the_sender_whose_nic_holds_the_most() {
     let _ = deliveries(&mut sim);
     assert_eq!(sim.backlog().messages, 0);
 }
+
+#[test]
+fn a_backlog_spread_over_many_senders_is_named_so_and_the_queues_next_growth_counts() {
+    let mut sim = cluster(8, flat());
+    let before = sim.pending_growth_bytes();
+    // Every node sends one message to each of the others, as a synchronous probe does.
+    for from in 0..8 {
+        for to in (0..8).filter(|&t| t != from) {
+            sim.send(from, to, S, 0).unwrap();
+        }
+    }
+    let b = sim.backlog();
+    assert_eq!((b.messages, b.senders), (56, 8));
+    assert!(b.describe().contains("from 8 senders (at most 7 from one, node 0)"), "{}", b.describe());
+    assert!(!b.describe().contains("faster than its bandwidth"), "{}", b.describe());
+    // The queue's slab is counted at its next doubling only when nearly full.
+    assert_eq!(before, 0);
+    let mut filled = 0;
+    while sim.pending_growth_bytes() == 0 && filled < 1 << 20 {
+        sim.send(0, 1, 1, 0).unwrap();
+        filled += 1;
+    }
+    assert!(sim.pending_growth_bytes() > 0 && sim.pending_growth_bytes() < 1 << 30, "{filled}");
+    assert!(sim.backlog().describe().contains("the event queue would next take"));
+}
