@@ -390,6 +390,61 @@ fn budget_for(estimate: Option<&Estimate>) -> Option<Budget> {
     Some(Budget { resident: resident as u64, address_space, why })
 }
 
+/// What `dsgd check` warns about: [`send_rate_warnings`] and [`timeout_warnings`].
+pub fn warnings(spec: &Spec) -> Vec<String> {
+    let mut out = send_rate_warnings(spec);
+    out.extend(timeout_warnings(spec));
+    out
+}
+
+/// What `dsgd check` warns about in a synchronous spec with backup workers or a tree: a
+/// failure-detection timeout shorter than the least time a healthy member waits in an iteration
+/// without hearing from the others (its step, then the aggregator's gathering and sending back
+/// of whole models, or one whole message of the tree, through a NIC or, across racks, the
+/// uplink), so that every member times out and forms a new membership every iteration instead of
+/// stepping (found by `dsgd torture`, seed 187048: 32 members, 8 MB, racks with a 2 Gb/s uplink
+/// and a 0.437 s timeout: no update in 5 s).
+pub fn timeout_warnings(spec: &Spec) -> Vec<String> {
+    let Some(c) = spec.algorithm.sync() else { return Vec::new() };
+    let n = spec.nodes as f64;
+    if n < 2.0 {
+        return Vec::new();
+    }
+    let bits = 32.0 * wire_params(&spec.workload);
+    let nic_s = wire_s(spec);
+    let (rack, uplink_s) = match spec.network.topology {
+        dsgd_sim::spec::TopologySpec::Racks { rack_size, uplink_gbps, .. } => {
+            (rack_size as f64, bits / (uplink_gbps * 1e9))
+        }
+        dsgd_sim::spec::TopologySpec::Flat => (n, 0.0),
+    };
+    let outside = (n - rack).max(0.0);
+    let (wait, why) = if c.backup_workers > 0 {
+        // The aggregator (rank 0) takes n - b - 1 gradients in and sends n - 1 models out.
+        let gather = (n - c.backup_workers as f64 - 1.0).max(0.0);
+        let nic = (gather + n - 1.0) * nic_s;
+        let up = ((gather - (rack - 1.0)).max(0.0) + outside) * uplink_s;
+        (nic.max(up), "the backup aggregator gathers the gradients and sends the model back")
+    } else if c.collective == CollectiveKind::Tree && c.buckets.is_none() {
+        let one = if outside > 0.0 { uplink_s } else { nic_s };
+        (one, "one whole model crosses the tree")
+    } else {
+        return Vec::new();
+    };
+    let quiet = spec.compute.step_time_ms / 1e3 * local_steps(spec) + wait;
+    if c.timeout_s >= quiet {
+        return Vec::new();
+    }
+    vec![format!(
+        "algorithm.timeout_s is {} s, but in each iteration a member waits at least {quiet:.3} s without hearing from \
+         the others ({why}{}): every member will time out and form a new membership every iteration instead of \
+         stepping. Set algorithm.timeout_s well above it (e.g. {:.3})",
+        c.timeout_s,
+        if outside > 0.0 && wait > 0.0 { ", partly through the racks' uplink" } else { "" },
+        3.0 * quiet
+    )]
+}
+
 /// What `dsgd check` warns about: a node that sends faster than its NIC's bandwidth, so that its
 /// messages pile up for as long as the run goes (push-sum gossip without `max_in_flight`).
 pub fn send_rate_warnings(spec: &Spec) -> Vec<String> {
@@ -492,6 +547,27 @@ mod tests {
             (slowest_factor(&jit, 100.0, 1.0) - (-0.005f64 + 0.1 * (2.0 * 100f64.ln()).sqrt()).exp()).abs() < 1e-12
         );
         assert!(slowest_factor(&jit, 100.0, 4.0) < slowest_factor(&jit, 100.0, 1.0));
+    }
+
+    #[test]
+    fn a_timeout_shorter_than_a_backup_aggregators_round_is_warned_of() {
+        // Torture's seed 187048: 32 members, 8 MB models, racks of 16 joined by a 2 Gb/s uplink:
+        // the aggregator takes 15 gradients across the uplink and sends 16 models back, 31 × 32 ms,
+        // after a 2 ms step.
+        let racks = r#"{"nodes": 32, "algorithm": {"kind": "sync", "backup_workers": 1, "timeout_s": TIMEOUT},
+            "workload": {"kind": "timing", "params": 2000000}, "compute": {"step_time_ms": 2},
+            "network": {"bandwidth_gbps": 40, "topology": {"kind": "racks", "rack_size": 16, "uplink_gbps": 2}}}"#;
+        let w = timeout_warnings(&spec(&racks.replace("TIMEOUT", "0.437")));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("at least 0.994 s") && w[0].contains("uplink"), "{}", w[0]);
+        assert!(timeout_warnings(&spec(&racks.replace("TIMEOUT", "3"))).is_empty());
+        // On one switch the aggregator's NIC bounds it: (30 + 31) × 1.6 ms.
+        let flat = racks
+            .replace("TIMEOUT", "0.05")
+            .replace(r#", "topology": {"kind": "racks", "rack_size": 16, "uplink_gbps": 2}"#, "");
+        assert!(timeout_warnings(&spec(&flat))[0].contains("at least 0.100 s"), "{:?}", timeout_warnings(&spec(&flat)));
+        // A ring hears from its neighbours all through the round: nothing to warn of.
+        assert!(timeout_warnings(&spec(&flat.replace(r#""backup_workers": 1, "#, ""))).is_empty());
     }
 
     #[test]

@@ -106,7 +106,7 @@ fn check_spec(path: &Path, sets: &[String], out: Out) -> anyhow::Result<ExitCode
             ""
         }
     );
-    let warnings = bounds::send_rate_warnings(&spec);
+    let warnings = bounds::warnings(&spec);
     for w in &warnings {
         say!(out, "warning: {w}");
     }
