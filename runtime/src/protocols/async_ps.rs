@@ -31,7 +31,7 @@ use crate::protocol::{Context, JobId, Phase, Protocol, View};
 use crate::protocols::service::Service;
 use dsgd_sim::{SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -139,6 +139,9 @@ pub struct Shard {
     opt: Option<Sgd>,
     version: u64,
     clock: Vec<u64>,
+    /// `(clock, worker)` of every worker, slowest first: the slowest live worker is found
+    /// without a scan of all of them at each push (a scan made 6,275 workers' SSP quadratic).
+    by_clock: BTreeSet<(u64, usize)>,
     last_heard: Vec<SimTime>,
     held: BTreeMap<usize, ()>,
     /// Pushes waiting for the server (when `update_time_us > 0`).
@@ -161,6 +164,7 @@ impl Shard {
             opt: None,
             version: 0,
             clock: vec![0; workers],
+            by_clock: (0..workers).map(|w| (0, w)).collect(),
             last_heard: vec![SimTime::ZERO; workers],
             held: BTreeMap::new(),
             queue: Service::new(cfg.update_time_us),
@@ -172,15 +176,14 @@ impl Shard {
         self.version
     }
 
+    /// Whether worker `w` is at most `staleness_bound` pushes ahead of the slowest live worker
+    /// (itself counted, live or not): the first live worker in clock order is the slowest.
     fn may_answer(&self, now: SimTime, w: usize) -> bool {
         let Some(s) = self.cfg.staleness_bound else { return true };
         let timeout = SimDuration::from_secs_f64(self.cfg.timeout_s);
-        let slowest = (0..self.workers)
-            .filter(|&v| v == w || now.saturating_since(self.last_heard[v]) < timeout)
-            .map(|v| self.clock[v])
-            .min()
-            .unwrap_or(0);
-        self.clock[w] <= slowest + s
+        let slowest =
+            self.by_clock.iter().find(|&&(_, v)| v == w || now.saturating_since(self.last_heard[v]) < timeout);
+        slowest.is_none_or(|&(c, _)| self.clock[w] <= c + s)
     }
 
     fn answer(&mut self, ctx: &mut dyn Context<PsMsg>, w: usize) {
@@ -207,7 +210,9 @@ impl Shard {
             let opt = self.opt.as_mut().expect("started");
             opt.apply_scaled(&mut self.params, &grad, self.cfg.staleness_lr.factor(staleness));
             self.version += 1;
+            self.by_clock.remove(&(self.clock[from], from));
             self.clock[from] += 1;
+            self.by_clock.insert((self.clock[from], from));
             if self.index == 0 {
                 ctx.record_update(staleness);
             }
