@@ -231,8 +231,42 @@ pub fn estimate(spec: &Spec) -> Estimate {
         ranks,
         drivers,
         events,
-        wall_s: events * ns_per_event(spec) * 1e-9 + bytes * FIRST_TOUCH_S_PER_BYTE,
+        wall_s: events * ns_per_event(spec) * 1e-9 + bytes * FIRST_TOUCH_S_PER_BYTE + arithmetic_s(spec),
     }
+}
+
+/// Wall nanoseconds of an analytic workload's arithmetic (2-core AMD EPYC, 2026-12-06, by the
+/// fuzzer's long cases: softmax regression with 15 to 31,000 parameters and 3 to 3,479 classes,
+/// quadratics of 265 dimensions): a multiply-add in f64, an exponential, a quadratic's dimension
+/// (its noise drawn), and one pass of an update over a parameter (the optimizer, the copies into
+/// and out of messages).
+const NS_PER_MAC: f64 = 0.5;
+const NS_PER_EXP: f64 = 8.0;
+const NS_PER_DIM: f64 = 8.0;
+const NS_PER_PARAM_PASS: f64 = 1.0;
+/// Passes over the model an update makes.
+const PASSES: f64 = 4.0;
+
+/// Wall seconds of a run's arithmetic beyond its events: each gradient of an analytic workload
+/// (a softmax regression's multiply-adds and exponentials over the batch, a quadratic's noise),
+/// each update's passes over the model, and each evaluation (of every replica with
+/// `eval.per_node`). A burn network's real gradients are said apart; a timing workload has none.
+/// Without it, a softmax of 31,000 parameters was estimated at 0.1 s and ran for minutes.
+fn arithmetic_s(spec: &Spec) -> f64 {
+    let b = spec.batch as f64;
+    let (per_gradient, per_eval) = match &spec.workload {
+        WorkloadSpec::Softmax { classes, features, test, .. } => {
+            let per_sample = *classes as f64 * ((*features + 1) as f64 * NS_PER_MAC + NS_PER_EXP);
+            // The logits and the gradient's accumulation: two multiply-adds a weight.
+            (b * (per_sample + *classes as f64 * (*features + 1) as f64 * NS_PER_MAC), *test as f64 * per_sample)
+        }
+        WorkloadSpec::Quadratic { dim, .. } => (*dim as f64 * NS_PER_DIM, *dim as f64 * NS_PER_MAC),
+        _ => return 0.0,
+    };
+    let params = model_params(&spec.workload);
+    let models = if spec.eval.per_node { spec.ranks() as f64 } else { 1.0 };
+    let evaluations = spec.stop.sim_time_s / spec.eval.every_s * models;
+    (expected_gradients(spec) * (per_gradient + params * NS_PER_PARAM_PASS * PASSES) + evaluations * per_eval) * 1e-9
 }
 
 /// Wall seconds to fault in a byte of fresh memory (the kernel zeroes pages at a few GB/s).
@@ -250,8 +284,12 @@ pub fn ns_per_event(spec: &Spec) -> f64 {
     match spec.algorithm {
         AlgorithmConfig::Gossip(_) => 250.0 * (1.0 + (n / 4000.0).min(5.0)),
         AlgorithmConfig::Easgd(_) => 250.0 * (1.0 + (n / 10_000.0).min(2.0)),
-        // Most of a large server's events are the workers' first pulls, served in order.
-        AlgorithmConfig::AsyncPs(_) => 200.0 * (1.0 + (n / 100_000.0).min(0.5)),
+        // Most of a large server's events are the workers' first pulls, served in order. A worker
+        // of thousands of shards assembles its model from as many slices, each its own message
+        // (12,800 shards: about 800 ns an event, found by the fuzzer's long cases).
+        AlgorithmConfig::AsyncPs(ref c) => {
+            200.0 * (1.0 + (n / 100_000.0).min(0.5) + (c.shards as f64 / 4000.0).min(3.0))
+        }
         _ => 200.0 * (1.0 + (n / 40_000.0).min(1.5)),
     }
 }
@@ -568,6 +606,22 @@ mod tests {
         assert!(timeout_warnings(&spec(&flat))[0].contains("at least 0.100 s"), "{:?}", timeout_warnings(&spec(&flat)));
         // A ring hears from its neighbours all through the round: nothing to warn of.
         assert!(timeout_warnings(&spec(&flat.replace(r#""backup_workers": 1, "#, ""))).is_empty());
+    }
+
+    #[test]
+    fn an_analytic_workloads_arithmetic_and_many_shards_count_in_the_wall_time() {
+        // The fuzzer's long cases: 3 workers of a softmax regression of 31,383 parameters made
+        // 2,949 gradients in 10 simulated seconds and 2.5-3.8 s of wall time; its events alone
+        // come to milliseconds.
+        let wide = r#"{"nodes": 3, "algorithm": {"kind": "async_ps", "shards": 2, "staleness_bound": 3},
+            "workload": {"kind": "softmax", "classes": 3, "features": 10459, "train": 200, "test": 50},
+            "compute": {"step_time_ms": 10}, "stop": {"sim_time_s": 10}, "eval": {"every_s": 0.5}}"#;
+        let e = estimate(&spec(wide));
+        assert!(e.wall_s > 1.5 && e.wall_s < 7.0, "{}", e.wall_s);
+        assert!(e.wall_s > 20.0 * estimate(&spec(&wide.replace("10459", "4"))).wall_s);
+        // 12,800 shards: each worker's model comes in 12,800 messages.
+        let many = spec(&wide.replace(r#""shards": 2"#, r#""shards": 12800"#).replace("10459", "4"));
+        assert!(ns_per_event(&many) > 3.0 * ns_per_event(&spec(wide)));
     }
 
     #[test]
