@@ -1,17 +1,20 @@
-//! The CNN's gradient on the CPU without a module: im2col and the single-threaded `gemm` the MLP's
-//! path uses, on images kept channels-last, for the network of [`super::cnn`] (3×3 convolutions
-//! of 16 and 32 channels with padding 1, ReLU, 2×2 max-pools, a linear classifier).
+//! The CNN's gradient on the CPU without a module, for the network of [`super::cnn`] (3×3
+//! convolutions of 16 and 32 channels with padding 1, ReLU, 2×2 max-pools, a linear classifier),
+//! on images kept channels-last: conv1 straight from the images (one input channel: each output
+//! pixel's 16 channels as one vector), conv2 by im2col and the single-threaded `gemm` the MLP's
+//! path uses, pooling before bias and ReLU, conv1's gradients summed from the pooled gradients,
+//! and the softmax cross-entropy by hand. The code is compiled three times (AVX-512, AVX2, the
+//! baseline) and the processor's best is taken; the bits are the same on each (tested).
 //!
 //! Through burn's autodiff a CNN gradient costs 18–22 ms at batch 32 on one of these cores; here
-//! about a quarter of that (docs/performance.md). The products sum in another order than
+//! about a sixth of that (docs/performance.md). The products sum in another order than
 //! burn-flex's tiled convolutions and their transposed backward passes, so the bits differ from
 //! autodiff's by rounding (a test in `nets` bounds the difference: 4.7e-7 of the largest
-//! element); this is therefore the one path a CNN on the CPU
-//! takes, whatever the thread count, load or executor (the simulator and the MPI executor reach
-//! it through the same workload), so simulated and real runs agree bit for bit. The loss and its
-//! gradient with respect to the logits are burn's cross-entropy, as for the MLP.
+//! element); this is therefore the one path a CNN on the CPU takes, whatever the thread count,
+//! load or executor (the simulator and the MPI executor reach it through the same workload), so
+//! simulated and real runs agree bit for bit.
 
-use super::mlp_grad::{cross_entropy, matmul};
+use super::mlp_grad::matmul;
 use std::mem::MaybeUninit;
 
 /// Input side, first and second convolution's channels, pooled side after each, classes.
@@ -52,7 +55,6 @@ fn zeros(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// at batch 32) cost a third of the time in page faults.
 #[derive(Default)]
 struct Scratch {
-    col1: Vec<f32>,
     a1: Vec<f32>,
     q1: Vec<f32>,
     arg1: Vec<u32>,
@@ -87,6 +89,7 @@ fn into(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
 /// The taps of a 3×3 kernel with padding 1 at output pixel `p` of a `[n, side, side, c]` batch
 /// that fall inside the image: each kernel offset `ky·3 + kx` and where its pixel's channels
 /// start.
+#[inline(always)]
 fn taps(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, usize)) {
     let (i, y, x) = (p / (side * side), p / side % side, p % side);
     for ky in 0..3 {
@@ -106,6 +109,7 @@ fn taps(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, usize)) {
 /// im2col of a channels-last `[n, side, side, C]` image batch for a 3×3 kernel with padding 1:
 /// `[n·side², 9·C]`, column `(ky·3 + kx)·C + ch`, so that each kernel offset copies one
 /// contiguous run of channels (the weights are permuted to match, [`permute_in`]).
+#[inline(always)]
 fn im2col<const C: usize>(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize) {
     let col = zeros(col, n * side * side * 9 * C);
     for (p, row) in col.chunks_exact_mut(9 * C).enumerate() {
@@ -118,6 +122,7 @@ fn im2col<const C: usize>(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize) 
 }
 
 /// The transpose of [`im2col`]: each column's gradient added back to the pixel it came from.
+#[inline(always)]
 fn col2im<const C: usize>(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize) {
     let x = zeros(x, n * side * side * C);
     for (p, row) in col.chunks_exact(9 * C).enumerate() {
@@ -132,6 +137,7 @@ fn col2im<const C: usize>(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize) 
 }
 
 /// A `[out, c, 3, 3]` weight as `[out, 3, 3, c]` (the columns of [`im2col`]).
+#[inline(always)]
 fn permute_in(w: &[f32], c: usize, into: &mut Vec<f32>) {
     into.resize(w.len(), 0.0);
     for (src, dst) in w.chunks_exact(9 * c).zip(into.chunks_exact_mut(9 * c)) {
@@ -144,6 +150,7 @@ fn permute_in(w: &[f32], c: usize, into: &mut Vec<f32>) {
 }
 
 /// The inverse of [`permute_in`], written into `out`.
+#[inline(always)]
 fn permute_out(w: &[f32], c: usize, out: &mut [f32]) {
     for (src, dst) in w.chunks_exact(9 * c).zip(out.chunks_exact_mut(9 * c)) {
         for ch in 0..c {
@@ -159,6 +166,7 @@ fn permute_out(w: &[f32], c: usize, out: &mut [f32]) {
 /// largest. The bias is the same across a window and ReLU is monotone, so pooling first and
 /// adding the bias and ReLU to the pooled values gives the same values at a quarter of the work.
 /// (`C` is a constant so that each window's channels run as vectors.)
+#[inline(always)]
 fn pool<const C: usize>(out: &mut Vec<f32>, arg: &mut Vec<u32>, y: &[f32], bias: &[f32], n: usize, side: usize) {
     let half = side / 2;
     let bias: &[f32; C] = bias.try_into().expect("one bias per channel");
@@ -172,25 +180,30 @@ fn pool<const C: usize>(out: &mut Vec<f32>, arg: &mut Vec<u32>, y: &[f32], bias:
         let (i, py, px) = (o / (half * half), o / half % half, o % half);
         let (q, which): (&mut [f32; C], &mut [u32; C]) =
             (q.try_into().expect("C channels"), which.try_into().expect("C channels"));
-        *q = *pixel(i, 2 * py, 2 * px);
-        *which = [0; C];
+        // In registers, then stored: selects on the whole window's channels, so that they run
+        // as vectors; the first largest wins. (Selects, not `f32::max`, whose choice between -0
+        // and +0 is the compiler's.)
+        let mut best = *pixel(i, 2 * py, 2 * px);
+        let mut arg = [0u32; C];
         for (w, (dy, dx)) in [(1u32, (0, 1)), (2, (1, 0)), (3, (1, 1))] {
             let v = pixel(i, 2 * py + dy, 2 * px + dx);
-            // Arithmetic selects, so that the channels run as vectors: the first largest wins.
             for ch in 0..C {
-                let better = (v[ch] > q[ch]) as u32;
-                which[ch] += better * (w - which[ch]);
-                q[ch] = q[ch].max(v[ch]);
+                let better = v[ch] > best[ch];
+                arg[ch] = if better { w } else { arg[ch] };
+                best[ch] = if better { v[ch] } else { best[ch] };
             }
         }
         for ch in 0..C {
-            q[ch] = (q[ch] + bias[ch]).max(0.0);
+            let t = best[ch] + bias[ch];
+            q[ch] = if t > 0.0 { t } else { 0.0 };
         }
+        *which = arg;
     }
 }
 
 /// The backward pass of [`pool`]: each pooled gradient goes to the input that was largest, if
 /// the pooled activation is positive (ReLU's gradient is zero elsewhere); zero elsewhere.
+#[inline(always)]
 fn unpool<const C: usize>(out: &mut Vec<f32>, g: &[f32], arg: &[u32], q: &[f32], n: usize, side: usize) {
     let half = side / 2;
     let out = zeros(out, n * side * side * C);
@@ -210,26 +223,91 @@ fn unpool<const C: usize>(out: &mut Vec<f32>, g: &[f32], arg: &[u32], q: &[f32],
 
 /// conv1's weight and bias gradients (`out`: `[16, 9]` then `[16]`) from the gradient of its
 /// pooled activations `g`: each pooled gradient, where the activation is positive, times the
-/// image patch of the window's largest input (the rows of `col1`), summed in pooled order.
-fn conv1_backward(g: &[f32], arg: &[u32], q: &[f32], col1: &[f32], out: &mut [f32]) {
-    let (mut dw, mut db) = ([[0f32; 9]; C1], [0f32; C1]);
+/// image patch around the window's largest input, summed in pooled order. The channels run as
+/// vectors: for each of a window's four inputs, the gradients of the channels whose largest it
+/// was (zero for the others) times each of its patch's pixels.
+#[inline(always)]
+fn conv1_backward(g: &[f32], arg: &[u32], q: &[f32], x: &[f32], out: &mut [f32]) {
+    let (mut dw, mut db) = ([[0f32; C1]; 9], [0f32; C1]);
     for (o, ((g, arg), q)) in g.chunks_exact(C1).zip(arg.chunks_exact(C1)).zip(q.chunks_exact(C1)).enumerate() {
         let (i, py, px) = (o / (S1 * S1), o / S1 % S1, o % S1);
-        for ch in 0..C1 {
-            if q[ch] > 0.0 {
-                let w = arg[ch] as usize;
-                let pixel = (i * SIDE + 2 * py + w / 2) * SIDE + 2 * px + w % 2;
-                let patch = &col1[pixel * 9..pixel * 9 + 9];
-                dw[ch].iter_mut().zip(patch).for_each(|(d, x)| *d += g[ch] * x);
-                db[ch] += g[ch];
+        let (g, arg, q): (&[f32; C1], &[u32; C1], &[f32; C1]) =
+            (g.try_into().expect("C1"), arg.try_into().expect("C1"), q.try_into().expect("C1"));
+        for w in 0..4u32 {
+            let mut m = [0f32; C1];
+            for ch in 0..C1 {
+                m[ch] = if arg[ch] == w && q[ch] > 0.0 { g[ch] } else { 0.0 };
             }
+            let pixel = (i * SIDE + 2 * py + w as usize / 2) * SIDE + 2 * px + w as usize % 2;
+            taps(pixel, SIDE, 1, |t, at| {
+                let v = x[at];
+                for ch in 0..C1 {
+                    dw[t][ch] += m[ch] * v;
+                }
+            });
+        }
+        for ch in 0..C1 {
+            db[ch] += if q[ch] > 0.0 { g[ch] } else { 0.0 };
         }
     }
-    out[..C1 * 9].copy_from_slice(dw.as_flattened());
+    for (ch, row) in out[..C1 * 9].chunks_exact_mut(9).enumerate() {
+        for (t, d) in row.iter_mut().enumerate() {
+            *d = dw[t][ch];
+        }
+    }
     out[C1 * 9..].copy_from_slice(&db);
 }
 
+/// conv1 before its bias, straight from the images (one channel, so a product of depth 9 would
+/// spend more time packing than multiplying): each output pixel's 16 channels as one vector,
+/// the in-image taps added in order.
+#[inline(always)]
+fn conv1_forward(a1: &mut Vec<f32>, x: &[f32], w: &[f32], n: usize) {
+    let mut wt = [[0f32; C1]; 9];
+    for (ch, row) in w.chunks_exact(9).enumerate() {
+        for t in 0..9 {
+            wt[t][ch] = row[t];
+        }
+    }
+    a1.resize(n * SIDE * SIDE * C1, 0.0);
+    for (p, out) in a1.chunks_exact_mut(C1).enumerate() {
+        let mut acc = [0f32; C1];
+        taps(p, SIDE, 1, |t, at| {
+            let v = x[at];
+            for ch in 0..C1 {
+                acc[ch] += v * wt[t][ch];
+            }
+        });
+        out.copy_from_slice(&acc);
+    }
+}
+
+/// The mean cross-entropy of `logits` (`[n, classes]`) against `labels` and its gradient with
+/// respect to the logits, `(softmax − one-hot) / n`, each row from its largest logit.
+#[inline(always)]
+fn softmax_cross_entropy(logits: &[f32], labels: &[i64], classes: usize) -> (f64, Vec<f32>) {
+    let n = labels.len();
+    let mut grad = vec![0f32; logits.len()];
+    let mut loss = 0f64;
+    for ((row, d), &label) in logits.chunks_exact(classes).zip(grad.chunks_exact_mut(classes)).zip(labels) {
+        let label = usize::try_from(label).ok().filter(|&l| l < classes).expect("a label is a class");
+        let top = row.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+        let mut sum = 0f32;
+        for (e, &l) in d.iter_mut().zip(row) {
+            *e = (l - top).exp();
+            sum += *e;
+        }
+        loss += f64::from(top + sum.ln() - row[label]);
+        for e in d.iter_mut() {
+            *e = *e / sum / n as f32;
+        }
+        d[label] -= 1.0 / n as f32;
+    }
+    (loss / n as f64, grad)
+}
+
 /// Sums of each column of a row-major `[rows, C]` matrix, into `out`.
+#[inline(always)]
 fn column_sums<const C: usize>(g: &[f32], out: &mut [f32]) {
     let mut acc = [0f32; C];
     for row in g.chunks_exact(C) {
@@ -243,23 +321,57 @@ fn column_sums<const C: usize>(g: &[f32], out: &mut [f32]) {
 /// The minibatch gradient of the CNN at the flat parameters `params`, for images `x` (`[n, 784]`,
 /// row-major) with `labels`, written into `out` (every element); returns the mean loss.
 pub fn gradient(params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    SCRATCH.with(|s| gradient_with(&mut s.borrow_mut(), params, x, labels, out))
+    SCRATCH.with(|s| {
+        let s = &mut s.borrow_mut();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+                // SAFETY: the features this clone is compiled for were detected just now.
+                #[allow(unsafe_code)]
+                return unsafe { gradient_avx512(s, params, x, labels, out) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                return unsafe { gradient_avx2(s, params, x, labels, out) };
+            }
+        }
+        gradient_portable(s, params, x, labels, out)
+    })
 }
 
+// The same code compiled for wider vectors, chosen by what the processor has. The bits are the
+// same on every path: each element's operations and their order are the code's, whatever the
+// vector width (no sum is reordered and nothing is fused; a test compares the paths).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq")]
+fn gradient_avx512(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    gradient_with(s, params, x, labels, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn gradient_avx2(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    gradient_with(s, params, x, labels, out)
+}
+
+fn gradient_portable(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    gradient_with(s, params, x, labels, out)
+}
+
+#[inline(always)]
 fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
     let n = labels.len();
     assert_eq!(params.len(), PARAMS, "the CNN's parameters");
     assert_eq!(out.len(), PARAMS, "one gradient per parameter");
     assert_eq!(x.len(), n * SIDE * SIDE, "images");
-    let (p1, p2) = (n * SIDE * SIDE, n * S1 * S1);
-    let Scratch { col1, a1, q1, arg1, col2, a2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, w2, dw2 } = s;
+    let p2 = n * S1 * S1;
+    let Scratch { a1, q1, arg1, col2, a2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, w2, dw2 } = s;
     permute_in(&params[W2..B2], C1, w2);
 
-    // Forward. conv1: [n·784, 9] · W1ᵀ (W1 is [16, 9] row-major).
-    im2col::<1>(col1, x, n, SIDE);
-    product(a1, p1 * C1, |y| matmul(p1, C1, 9, y, col1, 1, 9, &params[W1..B1], 9, 1));
+    // Forward. conv1 from the images, then conv2 as [n·196, 144] · W2ᵀ (W2 is [32, 144]).
+    conv1_forward(a1, x, &params[W1..B1], n);
     pool::<C1>(q1, arg1, a1, &params[B1..W2], n, SIDE);
-    // conv2: [n·196, 144] · W2ᵀ (W2 is [32, 144] row-major).
     im2col::<C1>(col2, q1, n, S1);
     product(a2, p2 * C2, |y| matmul(p2, C2, C1 * 9, y, col2, 1, C1 * 9, w2, C1 * 9, 1));
     pool::<C2>(q2, arg2, a2, &params[B2..WF], n, S1);
@@ -277,7 +389,7 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     for row in logits.chunks_exact_mut(CLASSES) {
         row.iter_mut().zip(&params[BF..]).for_each(|(v, b)| *v += b);
     }
-    let (loss, dl) = cross_entropy(logits, labels, CLASSES);
+    let (loss, dl) = softmax_cross_entropy(&logits, labels, CLASSES);
 
     // Backward. The classifier: fᵀ · dl, the bias's sums, dl · Wfᵀ.
     matmul(FEATURES, CLASSES, n, into(&mut out[WF..BF]), f, FEATURES, 1, &dl, 1, CLASSES);
@@ -298,8 +410,48 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     column_sums::<C2>(dy2, &mut out[B2..WF]);
     product(dcol2, p2 * C1 * 9, |y| matmul(p2, C1 * 9, C2, y, dy2, 1, C2, w2, 1, C1 * 9));
     col2im::<C1>(dq1, dcol2, n, S1);
-    // conv1: dW1 = dy1ᵀ · col1 and the bias's sums (the images need no gradient), summed
-    // straight from the pooled gradients: dy1 is zero but at each window's largest input.
-    conv1_backward(dq1, arg1, q1, col1, &mut out[W1..W2]);
+    // conv1: dW1 and the bias's sums (the images need no gradient), summed straight from the
+    // pooled gradients: dy1 is zero but at each window's largest input.
+    conv1_backward(dq1, arg1, q1, x, &mut out[W1..W2]);
     loss
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gradient's bits on each path (loss, then every element).
+    fn bits(path: impl Fn(&mut Scratch, &[f32], &[f32], &[i64], &mut [f32]) -> f64) -> Vec<u32> {
+        let n = 8;
+        let params: Vec<f32> = (0..PARAMS).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.3).collect();
+        // Images with zero pixels (as Fashion-MNIST's borders), so that signed zeros and ties
+        // in the pools are met.
+        let x: Vec<f32> =
+            (0..n * SIDE * SIDE).map(|i| if i % 5 < 2 { 0.0 } else { (i * 104_729 % 255) as f32 / 255.0 }).collect();
+        let labels: Vec<i64> = (0..n as i64).map(|i| i * 3 % 10).collect();
+        let mut g = vec![f32::NAN; PARAMS];
+        let loss = path(&mut Scratch::default(), &params, &x, &labels, &mut g);
+        assert!(g.iter().all(|v| v.is_finite()), "every element is written");
+        [(loss as f32).to_bits()].into_iter().chain(g.iter().map(|v| v.to_bits())).collect()
+    }
+
+    #[test]
+    fn every_vector_width_gives_the_same_bits() {
+        let portable = bits(gradient_portable);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: detected just now.
+                #[allow(unsafe_code)]
+                let avx2 = bits(|s, p, x, l, o| unsafe { gradient_avx2(s, p, x, l, o) });
+                assert!(avx2 == portable, "AVX2 differs from the portable path");
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                let avx512 = bits(|s, p, x, l, o| unsafe { gradient_avx512(s, p, x, l, o) });
+                assert!(avx512 == portable, "AVX-512 differs from the portable path");
+            }
+        }
+    }
 }
