@@ -132,12 +132,7 @@ fn a_run_that_outgrows_its_memory_stops_naming_the_nic_that_holds_it_and_writes_
     let o = dsgd(dir.path(), &["check", "push.json"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("warning: each node pushes") && text(&o).contains("max_in_flight"), "{}", text(&o));
-    let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
-        .current_dir(dir.path())
-        .env("DSGD_MEMORY_BUDGET_MB", "200")
-        .args(["run", "push.json", "--out", "r"])
-        .output()
-        .unwrap();
+    let o = run_with_budget(dir.path(), "push.json", "200");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let msg = text(&o);
     assert!(msg.contains("over its budget of 200 MB (DSGD_MEMORY_BUDGET_MB)"), "{msg}");
@@ -159,12 +154,7 @@ fn a_probe_to_every_rank_from_every_member_stops_over_its_budget_naming_the_send
         "faults": [{"kind": "message_loss", "from_s": 0, "until_s": 1, "probability": 0.05}],
         "stop": {"sim_time_s": 2}, "eval": {"every_s": 0.5}}"#;
     std::fs::write(dir.path().join("probes.json"), spec).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_dsgd"))
-        .current_dir(dir.path())
-        .env("DSGD_MEMORY_BUDGET_MB", "150")
-        .args(["run", "probes.json", "--out", "r"])
-        .output()
-        .unwrap();
+    let o = run_with_budget(dir.path(), "probes.json", "150");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let msg = text(&o);
     assert!(msg.contains("senders (at most 999 from one") && msg.contains("send to many others at once"), "{msg}");
@@ -203,6 +193,16 @@ fn half_written_folders_of_dead_processes_are_removed_at_the_next_run() {
     assert!(!stale.exists(), "the stale folder is still there");
     assert!(text(&o).contains("left half written by a process (4294967295) that died"), "{}", text(&o));
     assert!(runs.join("x/summary.json").exists());
+}
+
+/// `dsgd run SPEC --out r` in `dir` under a memory budget of `mb` MB.
+fn run_with_budget(dir: &std::path::Path, spec: &str, mb: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dsgd"))
+        .current_dir(dir)
+        .env("DSGD_MEMORY_BUDGET_MB", mb)
+        .args(["run", spec, "--out", "r"])
+        .output()
+        .unwrap()
 }
 
 fn signal(child: &std::process::Child, sig: &str) {
