@@ -7,7 +7,7 @@
 //! baseline) and the processor's best is taken; the bits are the same on each (tested).
 //!
 //! Through burn's autodiff a CNN gradient costs 18–22 ms at batch 32 on one of these cores; here
-//! about a sixth of that (docs/performance.md). The products sum in another order than
+//! about 3 ms, 0.63 of the MLP's FLOP rate (docs/performance.md). The products sum in another order than
 //! burn-flex's tiled convolutions and their transposed backward passes, so the bits differ from
 //! autodiff's by rounding (a test in `nets` bounds the difference: 4.7e-7 of the largest
 //! element); this is therefore the one path a CNN on the CPU takes, whatever the thread count,
@@ -42,13 +42,6 @@ pub const PARAMS: usize = BF + CLASSES;
 fn product(buf: &mut Vec<f32>, len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) {
     buf.resize(len, 0.0);
     fill(into(&mut buf[..len]));
-}
-
-/// `buf` as `len` zeros.
-fn zeros(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    buf.clear();
-    buf.resize(len, 0.0);
-    buf
 }
 
 /// The buffers of one gradient, kept per thread between gradients: allocating them afresh (7 MB
@@ -106,33 +99,62 @@ fn taps(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, usize)) {
     }
 }
 
+/// Each of the nine taps of a 3×3 kernel with padding 1 at output pixel `p` of a
+/// `[n, side, side, c]` batch, in kernel order: its offset `ky·3 + kx` and where its pixel's
+/// channels start, or `None` where it falls outside the image.
+#[inline(always)]
+fn every_tap(p: usize, side: usize, c: usize, mut each: impl FnMut(usize, Option<usize>)) {
+    let (i, y, x) = (p / (side * side), p / side % side, p % side);
+    for ky in 0..3 {
+        let sy = (y + ky).wrapping_sub(1);
+        for kx in 0..3 {
+            let sx = (x + kx).wrapping_sub(1);
+            let inside = sy < side && sx < side;
+            each(ky * 3 + kx, inside.then(|| ((i * side + sy) * side + sx) * c));
+        }
+    }
+}
+
 /// im2col of a channels-last `[n, side, side, C]` image batch for a 3×3 kernel with padding 1:
 /// `[n·side², 9·C]`, column `(ky·3 + kx)·C + ch`, so that each kernel offset copies one
 /// contiguous run of channels (the weights are permuted to match, [`permute_in`]).
 #[inline(always)]
 fn im2col<const C: usize>(col: &mut Vec<f32>, x: &[f32], n: usize, side: usize) {
-    let col = zeros(col, n * side * side * 9 * C);
+    // Every element is written (a copy or a padding zero), so the buffer is not cleared first.
+    col.resize(n * side * side * 9 * C, 0.0);
     for (p, row) in col.chunks_exact_mut(9 * C).enumerate() {
-        taps(p, side, C, |t, at| {
-            let (dst, src): (&mut [f32; C], &[f32; C]) =
-                ((&mut row[t * C..t * C + C]).try_into().expect("C"), (&x[at..at + C]).try_into().expect("C"));
-            *dst = *src;
+        every_tap(p, side, C, |t, at| {
+            let dst: &mut [f32; C] = (&mut row[t * C..t * C + C]).try_into().expect("C");
+            *dst = match at {
+                Some(at) => x[at..at + C].try_into().expect("C"),
+                None => [0.0; C],
+            };
         });
     }
 }
 
-/// The transpose of [`im2col`]: each column's gradient added back to the pixel it came from.
+/// The transpose of [`im2col`]: each pixel's gradient is the sum of the columns copied from it.
+/// Gathered per pixel in registers, in the order a scatter over the output pixels in turn would
+/// add them (from zero, the later kernel offsets first), so the bits are a scatter's.
 #[inline(always)]
 fn col2im<const C: usize>(x: &mut Vec<f32>, col: &[f32], n: usize, side: usize) {
-    let x = zeros(x, n * side * side * C);
-    for (p, row) in col.chunks_exact(9 * C).enumerate() {
-        taps(p, side, C, |t, at| {
-            let (dst, src): (&mut [f32; C], &[f32; C]) =
-                ((&mut x[at..at + C]).try_into().expect("C"), (&row[t * C..t * C + C]).try_into().expect("C"));
-            for ch in 0..C {
-                dst[ch] += src[ch];
+    x.resize(n * side * side * C, 0.0);
+    for (q, dst) in x.chunks_exact_mut(C).enumerate() {
+        let (i, y, xx) = (q / (side * side), q / side % side, q % side);
+        let mut acc = [0f32; C];
+        // Output pixel (y + 1 − ky, x + 1 − kx) read this pixel through offset (ky, kx); output
+        // pixels in increasing order are the offsets in decreasing order.
+        for t in (0..9).rev() {
+            let (oy, ox) = ((y + 1).wrapping_sub(t / 3), (xx + 1).wrapping_sub(t % 3));
+            if oy < side && ox < side {
+                let at = ((i * side + oy) * side + ox) * 9 * C + t * C;
+                let src: &[f32; C] = col[at..at + C].try_into().expect("C");
+                for ch in 0..C {
+                    acc[ch] += src[ch];
+                }
             }
-        });
+        }
+        dst.copy_from_slice(&acc);
     }
 }
 
@@ -206,7 +228,8 @@ fn pool<const C: usize>(out: &mut Vec<f32>, arg: &mut Vec<u32>, y: &[f32], bias:
 #[inline(always)]
 fn unpool<const C: usize>(out: &mut Vec<f32>, g: &[f32], arg: &[u32], q: &[f32], n: usize, side: usize) {
     let half = side / 2;
-    let out = zeros(out, n * side * side * C);
+    // The windows tile the image and each of their inputs is written, so no clearing first.
+    out.resize(n * side * side * C, 0.0);
     for (o, ((g, arg), q)) in g.chunks_exact(C).zip(arg.chunks_exact(C)).zip(q.chunks_exact(C)).enumerate() {
         let (i, py, px) = (o / (half * half), o / half % half, o % half);
         for w in 0..4 {
@@ -234,9 +257,11 @@ fn conv1_backward(g: &[f32], arg: &[u32], q: &[f32], x: &[f32], out: &mut [f32])
         let (g, arg, q): (&[f32; C1], &[u32; C1], &[f32; C1]) =
             (g.try_into().expect("C1"), arg.try_into().expect("C1"), q.try_into().expect("C1"));
         for w in 0..4u32 {
+            // A select by bit mask, as in `unpool` (a short-circuit `&&` kept it scalar).
             let mut m = [0f32; C1];
             for ch in 0..C1 {
-                m[ch] = if arg[ch] == w && q[ch] > 0.0 { g[ch] } else { 0.0 };
+                let hit = ((arg[ch] == w) & (q[ch] > 0.0)) as u32;
+                m[ch] = f32::from_bits(g[ch].to_bits() & hit.wrapping_neg());
             }
             let pixel = (i * SIDE + 2 * py + w as usize / 2) * SIDE + 2 * px + w as usize % 2;
             taps(pixel, SIDE, 1, |t, at| {
@@ -247,7 +272,7 @@ fn conv1_backward(g: &[f32], arg: &[u32], q: &[f32], x: &[f32], out: &mut [f32])
             });
         }
         for ch in 0..C1 {
-            db[ch] += if q[ch] > 0.0 { g[ch] } else { 0.0 };
+            db[ch] += f32::from_bits(g[ch].to_bits() & ((q[ch] > 0.0) as u32).wrapping_neg());
         }
     }
     for (ch, row) in out[..C1 * 9].chunks_exact_mut(9).enumerate() {

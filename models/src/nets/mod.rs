@@ -554,8 +554,18 @@ mod tests {
         let mut g = vec![0.0; q.len()];
         let loss = resnet.gradient(&q, GradRequest { worker: 0, batch: 2, seed: 3 }, &mut g);
         seen.push(("resnet20 gradient, batch 2".into(), fingerprint(&g) ^ loss.to_bits()));
-        let expected: [u64; 4] =
-            [0x0cae_36f9_e58e_1f1f, 0x2599_71ef_38f1_3f2f, 0x7fc4_2986_420c_49ba, 0x1c37_a7d8_b6c2_3832];
+        // The CNN's own path (cnn_grad.rs): its gemm products of depth 144 and 6,272 as well.
+        let cnn = BurnNet::new(NetKind::Cnn, data(), 5);
+        let c = Arc::new(cnn.init());
+        let (g, loss) = cnn.gradient_owned(&c, GradRequest { worker: 2, batch: 32, seed: 11 });
+        seen.push(("cnn gradient, batch 32".into(), fingerprint(&g) ^ loss.to_bits()));
+        let expected: [u64; 5] = [
+            0x0cae_36f9_e58e_1f1f,
+            0x2599_71ef_38f1_3f2f,
+            0x7fc4_2986_420c_49ba,
+            0x1c37_a7d8_b6c2_3832,
+            0x46fd_3882_4c33_3979,
+        ];
         let wrong: Vec<String> = seen
             .iter()
             .zip(expected)
