@@ -343,58 +343,93 @@ fn column_sums<const C: usize>(g: &[f32], out: &mut [f32]) {
     out.copy_from_slice(&acc);
 }
 
-/// The minibatch gradient of the CNN at the flat parameters `params`, for images `x` (`[n, 784]`,
-/// row-major) with `labels`, written into `out` (every element); returns the mean loss.
-pub fn gradient(params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    SCRATCH.with(|s| {
-        let s = &mut s.borrow_mut();
+/// A call of the best of a function's three clones (see [`clones`]) for this processor.
+macro_rules! best {
+    ($avx512:ident, $avx2:ident, $portable:ident ($($arg:expr),*)) => {{
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
                 // SAFETY: the features this clone is compiled for were detected just now.
                 #[allow(unsafe_code)]
-                return unsafe { gradient_avx512(s, params, x, labels, out) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
+                unsafe {
+                    $avx512($($arg),*)
+                }
+            } else if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: as above.
                 #[allow(unsafe_code)]
-                return unsafe { gradient_avx2(s, params, x, labels, out) };
+                unsafe {
+                    $avx2($($arg),*)
+                }
+            } else {
+                $portable($($arg),*)
             }
         }
-        gradient_portable(s, params, x, labels, out)
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            $portable($($arg),*)
+        }
+    }};
+}
+
+/// The same code compiled for wider vectors, chosen by what the processor has. The bits are the
+/// same on every path: each element's operations and their order are the code's, whatever the
+/// vector width (no sum is reordered and nothing is fused; a test compares the paths).
+macro_rules! clones {
+    ($body:ident: $avx512:ident, $avx2:ident, $portable:ident, $out:ty => $ret:ty) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq")]
+        fn $avx512(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: $out) -> $ret {
+            $body(s, params, x, labels, out)
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn $avx2(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: $out) -> $ret {
+            $body(s, params, x, labels, out)
+        }
+        fn $portable(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: $out) -> $ret {
+            $body(s, params, x, labels, out)
+        }
+    };
+}
+clones!(gradient_with: gradient_avx512, gradient_avx2, gradient_portable, &mut [f32] => f64);
+clones!(evaluate_with: evaluate_avx512, evaluate_avx2, evaluate_portable, () => (f64, usize));
+
+/// The minibatch gradient of the CNN at the flat parameters `params`, for images `x` (`[n, 784]`,
+/// row-major) with `labels`, written into `out` (every element); returns the mean loss.
+pub fn gradient(params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    SCRATCH
+        .with(|s| best!(gradient_avx512, gradient_avx2, gradient_portable(&mut s.borrow_mut(), params, x, labels, out)))
+}
+
+/// Images evaluated at once by [`evaluate`]: a constant, so that the scratch buffers stay a few
+/// megabytes (and within a run's estimate) whatever the test set's size.
+pub const EVAL_CHUNK: usize = 64;
+
+/// The CNN's forward pass on images `x` (`[n, 784]`) with `labels`, in chunks of
+/// [`EVAL_CHUNK`]: the summed cross-entropy (each image's in `f32`, as the gradient's loss, summed
+/// in `f64`) and how many images' first largest logit is their label.
+pub fn evaluate(params: &[f32], x: &[f32], labels: &[i64]) -> (f64, usize) {
+    SCRATCH.with(|s| {
+        let s = &mut s.borrow_mut();
+        let (mut loss, mut right) = (0.0, 0);
+        for (x, labels) in x.chunks(EVAL_CHUNK * SIDE * SIDE).zip(labels.chunks(EVAL_CHUNK)) {
+            let (l, r) = best!(evaluate_avx512, evaluate_avx2, evaluate_portable(s, params, x, labels, ()));
+            loss += l;
+            right += r;
+        }
+        (loss, right)
     })
 }
 
-// The same code compiled for wider vectors, chosen by what the processor has. The bits are the
-// same on every path: each element's operations and their order are the code's, whatever the
-// vector width (no sum is reordered and nothing is fused; a test compares the paths).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq")]
-fn gradient_avx512(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    gradient_with(s, params, x, labels, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn gradient_avx2(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    gradient_with(s, params, x, labels, out)
-}
-
-fn gradient_portable(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    gradient_with(s, params, x, labels, out)
-}
-
+/// The forward pass to the logits (`[n, 10]`), leaving in `s` what the backward pass reads.
 #[inline(always)]
-fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
-    let n = labels.len();
+fn forward(s: &mut Scratch, params: &[f32], x: &[f32], n: usize) -> Vec<f32> {
     assert_eq!(params.len(), PARAMS, "the CNN's parameters");
-    assert_eq!(out.len(), PARAMS, "one gradient per parameter");
     assert_eq!(x.len(), n * SIDE * SIDE, "images");
     let p2 = n * S1 * S1;
-    let Scratch { a1, q1, arg1, col2, a2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, w2, dw2 } = s;
+    let Scratch { a1, q1, arg1, col2, a2, q2, arg2, f, w2, .. } = s;
     permute_in(&params[W2..B2], C1, w2);
-
-    // Forward. conv1 from the images, then conv2 as [n·196, 144] · W2ᵀ (W2 is [32, 144]).
+    // conv1 from the images, then conv2 as [n·196, 144] · W2ᵀ (W2 is [32, 144]).
     conv1_forward(a1, x, &params[W1..B1], n);
     pool::<C1>(q1, arg1, a1, &params[B1..W2], n, SIDE);
     im2col::<C1>(col2, q1, n, S1);
@@ -414,6 +449,36 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
     for row in logits.chunks_exact_mut(CLASSES) {
         row.iter_mut().zip(&params[BF..]).for_each(|(v, b)| *v += b);
     }
+    logits
+}
+
+/// One chunk of [`evaluate`]: the summed loss and the right answers.
+#[inline(always)]
+fn evaluate_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], (): ()) -> (f64, usize) {
+    let logits = forward(s, params, x, labels.len());
+    let (mut loss, mut right) = (0f64, 0);
+    for (row, &label) in logits.chunks_exact(CLASSES).zip(labels) {
+        let label = usize::try_from(label).ok().filter(|&l| l < CLASSES).expect("a label is a class");
+        let (mut top, mut arg) = (row[0], 0);
+        for (c, &v) in row.iter().enumerate().skip(1) {
+            if v > top {
+                (top, arg) = (v, c);
+            }
+        }
+        let sum: f32 = row.iter().map(|&l| (l - top).exp()).fold(0.0, |a, e| a + e);
+        loss += f64::from(top + sum.ln() - row[label]);
+        right += usize::from(arg == label);
+    }
+    (loss, right)
+}
+
+#[inline(always)]
+fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out: &mut [f32]) -> f64 {
+    let n = labels.len();
+    assert_eq!(out.len(), PARAMS, "one gradient per parameter");
+    let p2 = n * S1 * S1;
+    let logits = forward(s, params, x, n);
+    let Scratch { q1, arg1, col2, q2, arg2, f, df, dq2, dy2, dcol2, dq1, w2, dw2, .. } = s;
     let (loss, dl) = softmax_cross_entropy(&logits, labels, CLASSES);
 
     // Backward. The classifier: fᵀ · dl, the bias's sums, dl · Wfᵀ.
@@ -445,19 +510,32 @@ fn gradient_with(s: &mut Scratch, params: &[f32], x: &[f32], labels: &[i64], out
 mod tests {
     use super::*;
 
-    /// The gradient's bits on each path (loss, then every element).
-    fn bits(path: impl Fn(&mut Scratch, &[f32], &[f32], &[i64], &mut [f32]) -> f64) -> Vec<u32> {
-        let n = 8;
+    /// Parameters, images and labels of a batch of 8 (of 7 for the evaluation, so that its last
+    /// chunk is short when the chunk is smaller).
+    fn inputs(n: usize) -> (Vec<f32>, Vec<f32>, Vec<i64>) {
         let params: Vec<f32> = (0..PARAMS).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.3).collect();
         // Images with zero pixels (as Fashion-MNIST's borders), so that signed zeros and ties
         // in the pools are met.
         let x: Vec<f32> =
             (0..n * SIDE * SIDE).map(|i| if i % 5 < 2 { 0.0 } else { (i * 104_729 % 255) as f32 / 255.0 }).collect();
         let labels: Vec<i64> = (0..n as i64).map(|i| i * 3 % 10).collect();
+        (params, x, labels)
+    }
+
+    /// The gradient's bits on each path (loss, then every element).
+    fn bits(path: impl Fn(&mut Scratch, &[f32], &[f32], &[i64], &mut [f32]) -> f64) -> Vec<u32> {
+        let (params, x, labels) = inputs(8);
         let mut g = vec![f32::NAN; PARAMS];
         let loss = path(&mut Scratch::default(), &params, &x, &labels, &mut g);
         assert!(g.iter().all(|v| v.is_finite()), "every element is written");
         [(loss as f32).to_bits()].into_iter().chain(g.iter().map(|v| v.to_bits())).collect()
+    }
+
+    /// The evaluation's summed loss (its bits) and right answers on each path.
+    fn evaluation(path: impl Fn(&mut Scratch, &[f32], &[f32], &[i64], ()) -> (f64, usize)) -> (u64, usize) {
+        let (params, x, labels) = inputs(7);
+        let (loss, right) = path(&mut Scratch::default(), &params, &x, &labels, ());
+        (loss.to_bits(), right)
     }
 
     #[test]
@@ -476,6 +554,22 @@ mod tests {
                 #[allow(unsafe_code)]
                 let avx512 = bits(|s, p, x, l, o| unsafe { gradient_avx512(s, p, x, l, o) });
                 assert!(avx512 == portable, "AVX-512 differs from the portable path");
+            }
+        }
+        let portable = evaluation(evaluate_portable);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: detected just now.
+                #[allow(unsafe_code)]
+                let avx2 = evaluation(|s, p, x, l, o| unsafe { evaluate_avx2(s, p, x, l, o) });
+                assert!(avx2 == portable, "AVX2's evaluation differs from the portable path");
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                let avx512 = evaluation(|s, p, x, l, o| unsafe { evaluate_avx512(s, p, x, l, o) });
+                assert!(avx512 == portable, "AVX-512's evaluation differs from the portable path");
             }
         }
     }
