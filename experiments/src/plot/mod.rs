@@ -157,8 +157,9 @@ fn with_legend<DB: DrawingBackend>(
     if entries.is_empty() {
         return Ok(area.clone());
     }
-    let longest = entries.iter().flat_map(|(l, _)| l.lines()).map(|l| l.chars().count()).max().unwrap_or(0) as u32;
-    let width = (40 + 8 * longest).clamp(110, 360);
+    let entries: Vec<(Vec<String>, RGBColor)> = entries.iter().map(|(l, c)| (legend_lines(l), *c)).collect();
+    let longest = entries.iter().flat_map(|(l, _)| l).map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+    let width = (40 + 8 * longest).clamp(110, 40 + 8 * LEGEND_CHARS as u32);
     let (w, _) = area.dim_in_pixel();
     let (plot, legend) = area.split_horizontally(w.saturating_sub(width));
     let font = ("sans-serif", 14).into_font();
@@ -171,12 +172,41 @@ fn with_legend<DB: DrawingBackend>(
             Swatch::Box => legend.draw(&Rectangle::new([(6, y - 7), (26, y + 7)], color.filled())).map_err(e)?,
         }
         // A label's first line stands by its swatch; further lines (the variants) under it.
-        for (k, line) in label.lines().enumerate() {
-            legend.draw(&Text::new(line.to_string(), (34, y - 8 + 18 * k as i32), font.clone())).map_err(e)?;
+        for (k, line) in label.iter().enumerate() {
+            legend.draw(&Text::new(line.clone(), (34, y - 8 + 18 * k as i32), font.clone())).map_err(e)?;
         }
-        y += 24 + 18 * label.lines().count().saturating_sub(1) as i32;
+        y += 24 + 18 * label.len().saturating_sub(1) as i32;
     }
     Ok(plot)
+}
+
+/// The most characters a legend line holds (about 8 pixels each at its 14-point font): longer
+/// lines are wrapped, not cut off at the figure's edge.
+const LEGEND_CHARS: usize = 40;
+
+/// A legend label's lines, each wrapped at spaces to at most [`LEGEND_CHARS`] characters (a word
+/// longer than that stands alone); a wrapped line's continuation is indented two spaces more
+/// than it.
+fn legend_lines(label: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in label.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let mut current = line[..indent].to_string();
+        let mut empty = true;
+        for word in line.split_whitespace() {
+            if !empty && current.chars().count() + 1 + word.chars().count() > LEGEND_CHARS {
+                out.push(std::mem::replace(&mut current, " ".repeat(indent + 2)));
+                empty = true;
+            }
+            if !empty {
+                current.push(' ');
+            }
+            current.push_str(word);
+            empty = false;
+        }
+        out.push(current);
+    }
+    out
 }
 
 /// The largest value an over-time chart draws: on a log axis (loss, distance), 10x the largest
@@ -690,6 +720,19 @@ mod tests {
             }
         }
         unreachable!()
+    }
+
+    #[test]
+    fn legend_lines_are_wrapped_not_cut_off() {
+        let label = "async_ps\n  delay_compensation=- staleness_lr=inverse lr=0.03 momentum=0.9: 4, 16 nodes";
+        let lines = legend_lines(label);
+        assert!(lines.iter().all(|l| l.chars().count() <= LEGEND_CHARS), "{lines:#?}");
+        // Nothing is lost: the same words in the same order, the variant's lines indented.
+        let words = |t: &str| t.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(words(&lines.join(" ")), words(label));
+        assert_eq!(lines[0], "async_ps");
+        assert!(lines[1].starts_with("  delay") && lines[2..].iter().all(|l| l.starts_with("    ")), "{lines:#?}");
+        assert_eq!(legend_lines("sync\n  lr=0.1: 4 nodes"), ["sync", "  lr=0.1: 4 nodes"]);
     }
 
     fn first_at_or_above(points: &[(f64, f64)], target: f64) -> Option<f64> {
