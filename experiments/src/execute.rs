@@ -3,8 +3,9 @@
 use crate::output::{metrics_csv, timeline_csv, Staging, Summary};
 use crate::spec::Spec;
 use crate::{Error, Result};
+use dsgd_runtime::order::RecordedOrder;
 use dsgd_runtime::outcome::RunResult;
-use dsgd_runtime::runner;
+use dsgd_runtime::runner::{self, Extras};
 use dsgd_runtime::sim_exec::Checks;
 use dsgd_runtime::timing::{GradientTiming, Recording};
 use std::path::{Path, PathBuf};
@@ -27,23 +28,32 @@ pub fn execute(spec: &Spec, trace: bool) -> Result<Outcome> {
 
 /// [`execute`], with gradient durations from `recording` when given (the replay of a measured run).
 pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> Result<Outcome> {
-    execute_full(spec, trace, recording, None)
+    execute_full(spec, trace, recording, Extras::default())
 }
+
+/// [`execute`], replaying `order`, the order of handler calls a real run of `spec` recorded
+/// (see [`dsgd_runtime::order`]).
+pub fn execute_in_order(spec: &Spec, trace: bool, order: RecordedOrder) -> Result<Outcome> {
+    execute_full(spec, trace, None, Extras { order: Some(order), ..Extras::default() })
+}
+
+/// The file of a real run's folder that holds its order of handler calls.
+pub const ORDER: &str = "order.json";
 
 /// [`execute`] with the simulation tester's invariants checked after every event, and `checks`
 /// besides: the first violation ends the run with [`dsgd_sim::SimError::Invariant`].
 pub fn execute_checked(spec: &Spec, checks: Checks) -> Result<Outcome> {
-    execute_full(spec, false, None, Some(checks))
+    execute_full(spec, false, None, Extras { checks: Some(checks), ..Extras::default() })
 }
 
-fn execute_full(spec: &Spec, trace: bool, recording: Option<Recording>, checks: Option<Checks>) -> Result<Outcome> {
+fn execute_full(spec: &Spec, trace: bool, recording: Option<Recording>, extras: Extras) -> Result<Outcome> {
     let mut r = spec.resolve()?;
     r.sim.trace = trace;
     if let Some(rec) = recording {
         r.timing = GradientTiming::Replay(Arc::new(rec));
     }
     let started = Instant::now();
-    let result = runner::run_checked(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing, checks)?;
+    let result = runner::run_checked(&r.algorithm, r.workers, &r.sim, r.workload.clone(), r.train, r.timing, extras)?;
     let wall = started.elapsed().as_secs_f64();
     let summary = Summary::new(spec, &result, wall).with_histograms(r.workload.as_ref());
     Ok(Outcome { result, summary })
@@ -74,12 +84,23 @@ pub fn write_run(dest: &Path, spec: &Spec, out: &Outcome) -> Result<PathBuf> {
     if let Some(rec) = &out.result.recording {
         stage.write(GRADIENT_TIMES, rec.to_csv().as_bytes()).map_err(io)?;
     }
+    if let Some(order) = &out.result.order {
+        stage.write(ORDER, order_json(order).as_bytes()).map_err(io)?;
+    }
     if let Some(trace) = &out.result.trace {
         let mut buf = Vec::new();
         trace.write_chrome(&spec.algorithm.role_names(spec.nodes), &mut buf)?;
         stage.write("trace.json", &buf).map_err(io)?;
     }
     stage.commit().map_err(io)
+}
+
+/// A recorded order as JSON with one rank's handler calls a line (pretty JSON takes six lines a
+/// call).
+fn order_json(order: &RecordedOrder) -> String {
+    let ranks: Vec<String> =
+        order.ranks.iter().map(|r| serde_json::to_string(r).expect("plain data serialises")).collect();
+    format!("{{\"ranks\": [\n{}\n]}}\n", ranks.join(",\n"))
 }
 
 /// Pretty JSON of anything serialisable, without generics at the call sites.

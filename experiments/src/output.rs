@@ -181,6 +181,7 @@ impl Summary {
                 StopReason::Updates => "updates",
                 StopReason::Target => "target",
                 StopReason::Quiescent => "quiescent",
+                StopReason::Replayed => "replayed",
             }
             .into(),
             updates: r.metrics.updates,

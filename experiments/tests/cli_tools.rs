@@ -306,3 +306,35 @@ fn the_gpu_check_refuses_clearly_without_a_gpu() {
         assert!(text(&o).contains("no NVIDIA GPU here"), "{}", text(&o));
     }
 }
+
+#[test]
+fn an_order_that_does_not_fit_the_run_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.json"), SPEC).unwrap();
+    let refused = |order: &str, extra: &[&str], says: &[&str]| {
+        std::fs::write(dir.path().join("order.json"), order).unwrap();
+        let mut args = vec!["run", "s.json", "--out", "out", "--order", "order.json"];
+        args.extend(extra);
+        let o = dsgd(dir.path(), &args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        for s in says {
+            assert!(text(&o).contains(s), "{s:?} in {}", text(&o));
+        }
+        assert!(!dir.path().join("out").exists(), "nothing is written");
+    };
+    // Another number of ranks; a record whose next call never comes; not a record at all.
+    refused(r#"{"ranks": [[]]}"#, &[], &["order.json", "the recorded order has 1 ranks, the run 3"]);
+    refused(
+        r#"{"ranks": [[{"timer": {"tag": 9, "k": 0}}], [], []]}"#,
+        &[],
+        &["order.json", "rank 0 waits for Timer { tag: 9, k: 0 }", "nothing else will happen"],
+    );
+    refused(r#"{"rank": []}"#, &[], &["order.json: not a recorded order", "missing field `ranks`"]);
+    // Faults: a crash voids events a real rank never saw.
+    let crash = r#"faults=[{"kind": "crash", "node": 1, "at_s": 0.5}]"#;
+    refused(r#"{"ranks": [[], [], []]}"#, &["--set", crash], &["faults", "without injected faults"]);
+    let o = dsgd(dir.path(), &["run", "s.json", "--order", "order.json", "--check"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = dsgd(dir.path(), &["run", "--order", "order.json"]);
+    assert!(text(&o).contains("--order needs the spec"), "{}", text(&o));
+}

@@ -47,6 +47,7 @@ pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi_exec;
 pub mod optimizer;
+pub mod order;
 pub mod outcome;
 pub mod protocol;
 pub mod protocols;

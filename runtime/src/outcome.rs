@@ -20,6 +20,8 @@ pub enum StopReason {
     Target,
     /// Nothing was left to happen (every node down or waiting forever).
     Quiescent,
+    /// Every rank handled the whole of a recorded order ([`crate::order`]).
+    Replayed,
 }
 
 /// Everything a finished run reports.
@@ -50,6 +52,9 @@ pub struct RunResult {
     /// messages (the protocol's work on them, its answers' encoding included), nanoseconds, and
     /// how many it handled; empty when simulated.
     pub handling: Vec<(u64, u64)>,
+    /// A real run's order of handler calls per rank, which the simulator can replay
+    /// ([`crate::order`]); `None` when simulated.
+    pub order: Option<crate::order::RecordedOrder>,
     /// What the simulation tester's checks reached (`None` unless the run was checked).
     pub checks: Option<crate::sim_exec::CheckReport>,
 }

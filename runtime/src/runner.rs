@@ -234,11 +234,21 @@ pub fn run_timed(
     train: TrainConfig,
     timing: GradientTiming,
 ) -> Result<RunResult, SimError> {
-    run_checked(algorithm, workers, sim, workload, train, timing, None)
+    run_checked(algorithm, workers, sim, workload, train, timing, Extras::default())
+}
+
+/// What a simulated run may be given besides its spec.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// The simulation tester's invariants, checked after every event.
+    pub checks: Option<Checks>,
+    /// A real run's order of handler calls, replayed (see [`crate::order`]).
+    pub order: Option<crate::order::RecordedOrder>,
 }
 
 /// [`run_timed`], with the simulation tester's invariants checked after every event when
-/// `checks` is given (see [`crate::sim_exec::Checks`]).
+/// `extras.checks` is given (see [`crate::sim_exec::Checks`]), and a real run's order of
+/// handler calls replayed when `extras.order` is.
 pub fn run_checked(
     algorithm: &AlgorithmConfig,
     workers: usize,
@@ -246,7 +256,7 @@ pub fn run_checked(
     workload: Arc<dyn Workload>,
     train: TrainConfig,
     timing: GradientTiming,
-    checks: Option<Checks>,
+    extras: Extras,
 ) -> Result<RunResult, SimError> {
     if !matches!(timing, GradientTiming::Model) && workload.timing_only() {
         return Err(SimError::config(
@@ -263,7 +273,7 @@ pub fn run_checked(
         workload: Arc<dyn Workload>,
         train: TrainConfig,
         timing: GradientTiming,
-        checks: Option<Checks>,
+        extras: Extras,
     }
     impl Drive for OnSim<'_> {
         type Out = Result<RunResult, SimError>;
@@ -271,15 +281,18 @@ pub fn run_checked(
         where
             P::Msg: Serialize + DeserializeOwned,
         {
-            let exec = SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing);
-            match self.checks {
+            let mut exec = SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing);
+            if let Some(order) = &self.extras.order {
+                exec = exec.with_order(self.sim, order)?;
+            }
+            match self.extras.checks {
                 Some(c) => exec.with_checks(self.sim, c).run(),
                 None => exec.run(),
             }
         }
     }
     let net = sim.network.clone();
-    with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing, checks })?
+    with_roles(algorithm, workers, &train, &net, OnSim { sim: &sim, workload, train, timing, extras })?
 }
 
 /// Something that runs the roles of an algorithm (the simulator, or a real executor).

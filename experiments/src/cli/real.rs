@@ -48,7 +48,11 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
             s.iteration_time_s.as_ref().map_or("-".into(), |t| format!("{:.4} s", t.mean)),
             s.final_loss.map_or("-".into(), |l| format!("{l:.6}"))
         );
-        say!(out, "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv}}", dest.display());
+        say!(
+            out,
+            "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv,gradient_times.csv,order.json}}",
+            dest.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@ use anyhow::{anyhow, Context};
 
 use super::out::{say, Out};
 use super::sweep::{finish_sweep, interrupted, sweep_json, sweep_report};
-use dsgd_experiments::execute::{execute, execute_checked, write_run};
+use dsgd_experiments::execute::{execute, execute_checked, execute_in_order, write_run};
 use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::fresh_dir;
 use dsgd_experiments::sweep;
@@ -41,6 +41,12 @@ pub struct Args {
     /// spec's faults heal (as `dsgd torture` does); a violation stops the run (exit 4).
     #[arg(long)]
     check: bool,
+    /// Replay the order in which a real run's ranks handled their events (the `order.json` of a
+    /// `dsgd real` folder of the same spec): each rank handles its events in that order and
+    /// nothing after it, the stopping rules are off, and the run ends when every rank has
+    /// handled its record. Its replicas then end with the real run's bits.
+    #[arg(long, value_name = "ORDER_JSON")]
+    order: Option<PathBuf>,
 }
 
 /// Runs the spec, or the embedded default when none is given.
@@ -53,7 +59,11 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
             Err(anyhow!("--trace needs a spec (dsgd run SPEC --trace); the default comparison writes no traces"))
         }
         None if a.check => Err(anyhow!("--check needs a spec (dsgd run SPEC --check)")),
-        Some(spec) => run_one(&spec, a.out, &a.sets, (a.trace, a.check), a.force, out),
+        None if a.order.is_some() => {
+            Err(anyhow!("--order needs the spec of the real run (dsgd run SPEC --order ORDER_JSON)"))
+        }
+        Some(_) if a.check && a.order.is_some() => Err(anyhow!("--check and --order cannot be combined")),
+        Some(spec) => run_one(&spec, a.out, &a.sets, (a.trace, a.check, a.order), a.force, out),
         None => run_default(a.out, &a.sets, a.jobs.unwrap_or_else(super::cores), out),
     }
 }
@@ -62,7 +72,7 @@ fn run_one(
     path: &Path,
     dest: Option<PathBuf>,
     sets: &[String],
-    (trace, check): (bool, bool),
+    (trace, check, order): (bool, bool, Option<PathBuf>),
     force: bool,
     out: Out,
 ) -> anyhow::Result<ExitCode> {
@@ -79,7 +89,11 @@ fn run_one(
         true if trace => return Err(anyhow!("--check and --trace cannot be combined; run the spec twice")),
         true => execute_checked(&spec, dsgd_experiments::torture::checks_for(&spec))
             .with_context(|| format!("{} (checked)", path.display()))?,
-        false => execute(&spec, trace)?,
+        false => match order {
+            Some(file) => execute_in_order(&spec, trace, load_order(&file)?)
+                .with_context(|| format!("{} replaying the order in {}", path.display(), file.display()))?,
+            None => execute(&spec, trace)?,
+        },
     };
     let dir = write_run(&dest, &spec, &outcome)?;
     let s = &outcome.summary;
@@ -163,4 +177,11 @@ fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) ->
     let runs = finish_sweep(&dest, true, out)?;
     sweep_json(&dest, &report, &runs, out);
     Ok(code)
+}
+
+/// A real run's `order.json`, read with errors that name the file.
+fn load_order(file: &Path) -> anyhow::Result<dsgd_runtime::order::RecordedOrder> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("{}: cannot read the order", file.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| anyhow!("{}: not a recorded order (the order.json of a `dsgd real` folder): {e}", file.display()))
 }

@@ -67,6 +67,8 @@ pub(super) struct Report {
     /// How long each gradient took, in the order started: from the compute thread taking it up
     /// to the loop handing it over (or dropping it, after a crash).
     pub gradient_ns: Vec<u64>,
+    /// The rank's handler calls in order (see [`crate::order`]).
+    pub order: Vec<crate::order::Handled>,
 }
 
 /// A time breakdown with every field, for bincode: the summary's format leaves `overlapped` out
@@ -154,6 +156,7 @@ pub(super) fn assemble(
         trace: None,
         recording: Some(Recording { per_rank: reports.iter().map(|r| r.gradient_ns.clone()).collect() }),
         handling: reports.iter().map(|r| (r.handling_ns, r.messages_delivered)).collect(),
+        order: Some(crate::order::RecordedOrder { ranks: reports.iter().map(|r| r.order.clone()).collect() }),
         checks: None,
         metrics,
     }

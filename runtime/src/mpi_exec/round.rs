@@ -5,6 +5,7 @@
 use super::rank::{GradDone, Rank};
 use super::report::{OwnedView, Report};
 use super::{decode, encode, try_receive, RealConfig, RealCrash, DATA, DONE, STOP};
+use crate::order::{Handled, Namer};
 use crate::outcome::StopReason;
 use crate::protocol::Protocol;
 use crate::train::TrainConfig;
@@ -41,6 +42,9 @@ pub(super) struct Loop<P: Protocol> {
     done_rx: mpsc::Receiver<GradDone>,
     /// Each finished gradient's duration, in job order (the compute thread does them in turn).
     gradient_ns: Vec<u64>,
+    /// The handler calls so far, in order, named as the simulator names them.
+    order: Vec<Handled>,
+    namer: Namer,
 }
 
 impl<P: Protocol> Loop<P>
@@ -71,6 +75,8 @@ where
             done_from: vec![false; ranks],
             done_rx,
             gradient_ns: Vec::new(),
+            order: Vec::new(),
+            namer: Namer::default(),
         }
     }
 
@@ -150,6 +156,7 @@ where
             self.r.io.timers.remove(&(at, id));
             busy = true;
             self.timers_fired += 1;
+            self.order.push(self.namer.timer(tag));
             let (p, mut host) = self.r.host();
             p.on_timer(&mut host, tag);
         }
@@ -165,6 +172,7 @@ where
             if d.inc != self.r.io.inc || !self.up {
                 continue;
             }
+            self.order.push(self.namer.gradient());
             let (p, host) = self.r.host();
             host.gradient_done(p, dsgd_sim::JobId(d.job), d.grad, d.loss);
         }
@@ -182,6 +190,7 @@ where
                     let t = Instant::now();
                     let m: P::Msg = decode(&buf);
                     let from = status.source_rank() as usize;
+                    self.order.push(self.namer.message(from));
                     let (p, mut host) = self.r.host();
                     p.on_message(&mut host, from, m);
                     self.handling_ns += t.elapsed().as_nanos() as u64;
@@ -260,6 +269,7 @@ where
             restarts: self.restart_count,
             stop: self.stop,
             gradient_ns: std::mem::take(&mut self.gradient_ns),
+            order: std::mem::take(&mut self.order),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::consensus::{consensus_of, Consensus, NO_MODEL};
 use crate::gradient_pool::GradientPool;
 use crate::host::{Host, RankCore};
 use crate::metrics::{Metrics, Sample};
+use crate::order::{RecordedOrder, Replay};
 use crate::outcome::{RunResult, StopReason};
 use crate::protocol::{Protocol, View};
 use crate::sharing::InProcess;
@@ -50,6 +51,8 @@ pub struct SimExecutor<P: Protocol> {
     sharing: InProcess,
     /// The simulation tester's invariants, when the run is checked.
     check: Option<Checker<P::Msg>>,
+    /// A real run's order of handler calls, when it is replayed.
+    replay: Option<Replay<Occurrence<P::Msg>>>,
 }
 
 impl<P: Protocol> SimExecutor<P> {
@@ -79,6 +82,7 @@ impl<P: Protocol> SimExecutor<P> {
             sharing: InProcess::new(crate::gradient_pool::threads()),
             pool: None,
             check: None,
+            replay: None,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
     }
@@ -97,6 +101,42 @@ impl<P: Protocol> SimExecutor<P> {
     }
 
     /// The first invariant violation of a checked run, if any.
+    /// Replays `order`, a real run's order of handler calls: each rank handles its events in that
+    /// order and nothing after it, the stopping rules are off, and the run ends when every rank
+    /// has handled its whole record ([`StopReason::Replayed`]). Refused with faults (a crash
+    /// voids events a real rank never saw).
+    pub fn with_order(mut self, sim: &SimConfig, order: &RecordedOrder) -> Result<Self, SimError> {
+        if !sim.faults.schedule.is_empty() || sim.faults.random.is_some() {
+            return Err(SimError::config("faults", "a recorded order is replayed without injected faults"));
+        }
+        self.replay = Some(Replay::new(order, self.roles.len()).map_err(|e| SimError::config("order", e))?);
+        Ok(self)
+    }
+
+    /// Hands an occurrence to the recorded order; handles what it lets through.
+    fn dispatch_replayed(&mut self, occ: Occurrence<P::Msg>) {
+        let replay = self.replay.as_mut().expect("a replayed run");
+        let ready = match &occ {
+            &Occurrence::Message { from, to, .. } => replay.arrived(to, occ, |n| n.message(from)),
+            &Occurrence::Timer { node, tag, .. } => replay.arrived(node, occ, |n| n.timer(tag)),
+            &Occurrence::ComputeDone { node, .. } => replay.arrived(node, occ, |n| n.gradient()),
+            // Refused by `with_order`.
+            Occurrence::Crashed { .. } | Occurrence::Restarted { .. } => unreachable!("faults in a replayed order"),
+        };
+        for o in ready {
+            self.handle(o);
+        }
+    }
+
+    /// Where a replay stands: `Some(Ok)` when it is done, `Some(Err)` when it cannot go on.
+    fn replay_end(&self, quiet: bool) -> Option<Result<(), SimError>> {
+        let r = self.replay.as_ref()?;
+        if r.done() {
+            return Some(Ok(()));
+        }
+        r.stuck(quiet).map(|s| Err(SimError::config("order", s.to_string())))
+    }
+
     fn violation(&mut self) -> Result<(), SimError> {
         match self.check.as_mut().and_then(|c| c.take_violation()) {
             Some(e) => Err(e),
@@ -179,6 +219,9 @@ impl<P: Protocol> SimExecutor<P> {
     }
 
     fn dispatch(&mut self, occ: Occurrence<P::Msg>) {
+        if self.replay.is_some() {
+            return self.dispatch_replayed(occ);
+        }
         if self.check.is_some() {
             return self.dispatch_checked(occ);
         }
@@ -281,7 +324,8 @@ impl<P: Protocol> SimExecutor<P> {
     /// Runs to the stopping rule and reports; an error if a replayed recording runs out.
     pub fn run(mut self) -> Result<RunResult, SimError> {
         let stop = self.train.stop;
-        let end = SimTime::from_secs_f64(stop.sim_time_s);
+        // A replay ends with its record, whenever that is in simulated time.
+        let end = if self.replay.is_some() { SimTime(u64::MAX / 4) } else { SimTime::from_secs_f64(stop.sim_time_s) };
         let every = SimDuration::from_secs_f64(self.train.eval.every_s).max(SimDuration(1));
         if self.threads > 1 && self.workload.parallel_gradients() && matches!(self.timing.mode, GradientTiming::Model) {
             self.pool = Some(GradientPool::new(self.workload.clone(), self.threads));
@@ -306,6 +350,12 @@ impl<P: Protocol> SimExecutor<P> {
                 if let Some(e) = self.timing.error.take() {
                     return Err(SimError::config("compute.gradient_time", e));
                 }
+                match self.replay_end(false) {
+                    Some(Ok(())) => break StopReason::Replayed,
+                    Some(Err(e)) => return Err(e),
+                    None if self.replay.is_some() => continue,
+                    None => {}
+                }
                 match stop.counted(&self.metrics) {
                     Some(StopReason::Iterations) => {
                         let n = stop.iterations.expect("the iteration rule was met");
@@ -320,6 +370,11 @@ impl<P: Protocol> SimExecutor<P> {
                 break StopReason::SimTime;
             }
             let quiet = self.sim.peek_time().is_none();
+            match self.replay_end(quiet) {
+                Some(Ok(())) => break StopReason::Replayed,
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
             if quiet {
                 next_eval = end; // nothing will change: jump to the end
             }
@@ -327,7 +382,7 @@ impl<P: Protocol> SimExecutor<P> {
             let (sample, _) = self.evaluate(self.train.eval.per_node);
             guard.check_now(next_eval, &self.sim)?;
             self.violation()?;
-            let hit = stop.target_met(&sample);
+            let hit = self.replay.is_none() && stop.target_met(&sample);
             self.metrics.samples.push(sample);
             if hit {
                 time_to_target = Some(next_eval.as_secs_f64());
@@ -380,6 +435,7 @@ impl<P: Protocol> SimExecutor<P> {
             metrics: self.metrics,
             recording,
             handling: Vec::new(),
+            order: None,
             checks,
         })
     }
