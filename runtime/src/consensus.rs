@@ -15,6 +15,7 @@
 
 use crate::protocol::View;
 use dsgd_models::{Evaluation, Workload};
+use std::collections::BTreeMap;
 
 /// What the digest absorbs in place of a loss when there was no model to score.
 pub const NO_MODEL: u64 = u64::MAX;
@@ -75,6 +76,42 @@ pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Co
     Consensus { model, distance, replicas }
 }
 
+/// For each replica, the first replica with the same bits (itself when none before it has
+/// them; `None` for a rank without one). Identical replicas — every replica at the start, all of
+/// synchronous SGD's — are then evaluated once: an evaluation is a pure function of the bits.
+pub fn first_equal(replicas: &[Option<Vec<f32>>]) -> Vec<Option<usize>> {
+    // Candidates are found by a key of the length and every 97th element's bits (cheap next
+    // to an evaluation), then compared in full.
+    let key = |v: &[f32]| -> (usize, Vec<u32>) { (v.len(), v.iter().step_by(97).map(|x| x.to_bits()).collect()) };
+    let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut seen: BTreeMap<(usize, Vec<u32>), Vec<usize>> = BTreeMap::new();
+    let mut out = Vec::with_capacity(replicas.len());
+    for (i, r) in replicas.iter().enumerate() {
+        out.push(r.as_deref().map(|v| {
+            let bucket = seen.entry(key(v)).or_default();
+            match bucket.iter().find(|&&j| replicas[j].as_deref().is_some_and(|u| same(u, v))) {
+                Some(&j) => j,
+                None => {
+                    bucket.push(i);
+                    i
+                }
+            }
+        }));
+    }
+    out
+}
+
+/// Each replica's loss, evaluating each distinct replica once ([`first_equal`]) with `losses`
+/// (which may spread its list over threads): the same values as evaluating every one.
+pub fn replica_losses(replicas: &[Option<Vec<f32>>], losses: impl FnOnce(&[&[f32]]) -> Vec<f64>) -> Vec<Option<f64>> {
+    let first = first_equal(replicas);
+    let distinct: Vec<usize> = first.iter().enumerate().filter(|&(i, f)| *f == Some(i)).map(|(i, _)| i).collect();
+    let params: Vec<&[f32]> = distinct.iter().map(|&i| replicas[i].as_deref().expect("a replica")).collect();
+    let values = losses(&params);
+    let at: BTreeMap<usize, f64> = distinct.into_iter().zip(values).collect();
+    first.iter().map(|f| f.map(|j| at[&j])).collect()
+}
+
 /// The element-wise mean of `live` (non-empty, each of `dim`), each element summed over the
 /// replicas in order in f64: the bits of `live.iter().map(|v| v[i] as f64).sum::<f64>() / n`,
 /// computed replica by replica, so that each replica is read once in order instead of every
@@ -97,6 +134,28 @@ mod tests {
 
     fn replica(p: &[f32]) -> View<'_> {
         View::Replica { params: p.into(), weight: 1.0 }
+    }
+
+    #[test]
+    fn identical_replicas_are_evaluated_once_with_the_same_losses() {
+        // Equal bits share an evaluation; -0 and +0, or a difference past the sampled elements,
+        // do not.
+        let base: Vec<f32> = (0..500).map(|i| i as f32 * 0.25).collect();
+        let mut late = base.clone();
+        late[401] += 1.0; // not a sampled element (every 97th)
+        let mut signed = base.clone();
+        signed[0] = -0.0;
+        let replicas = vec![Some(base.clone()), None, Some(late.clone()), Some(base.clone()), Some(signed), Some(late)];
+        assert_eq!(first_equal(&replicas), [Some(0), None, Some(2), Some(0), Some(4), Some(2)]);
+        let mut calls = 0;
+        let loss = |p: &[f32]| p.iter().map(|&x| f64::from(x) * 1e-3).sum::<f64>() + f64::from(p[0].to_bits() >> 31);
+        let got = replica_losses(&replicas, |ps| {
+            calls += ps.len();
+            ps.iter().map(|p| loss(p)).collect()
+        });
+        let each: Vec<Option<f64>> = replicas.iter().map(|r| r.as_deref().map(loss)).collect();
+        assert_eq!(got, each);
+        assert_eq!(calls, 3, "three distinct replicas");
     }
 
     #[test]

@@ -132,7 +132,9 @@ pub(super) fn assemble(
     }
     let end_s = reports.iter().map(|r| r.end_s).fold(0.0, f64::max);
     let c = consensus_of(reports.iter().map(|r| r.final_view.view()), dim);
-    let node_losses = c.replicas.iter().map(|p| p.as_ref().map(|p| workload.evaluate(p).loss)).collect();
+    let node_losses = crate::consensus::replica_losses(&c.replicas, |params| {
+        params.iter().map(|p| workload.evaluate(p).loss).collect()
+    });
     let live = reports.iter().filter(|r| r.up).count();
     metrics.samples.push(Sample::scored(end_s, c.evaluate(workload), c.distance, node_losses, metrics.updates, live));
     if time_to_target.is_none() && metrics.samples.last().is_some_and(|s| train.stop.target_met(s)) {

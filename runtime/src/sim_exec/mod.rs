@@ -205,16 +205,17 @@ impl<P: Protocol> SimExecutor<P> {
     /// so the losses are the same bits on any thread).
     fn node_losses(&self, replicas: &[Option<Vec<f32>>]) -> Vec<Option<f64>> {
         let workload = &*self.workload;
-        let losses = |chunk: &[Option<Vec<f32>>]| -> Vec<Option<f64>> {
-            chunk.iter().map(|r| r.as_ref().map(|p| workload.evaluate(p).loss)).collect()
-        };
-        if self.threads < 2 || !workload.parallel_gradients() || replicas.len() < 2 {
-            return losses(replicas);
-        }
-        let per = replicas.len().div_ceil(self.threads);
-        std::thread::scope(|s| {
-            let parts: Vec<_> = replicas.chunks(per).map(|chunk| s.spawn(move || losses(chunk))).collect();
-            parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        let threads = self.threads;
+        crate::consensus::replica_losses(replicas, |params| {
+            let losses = |chunk: &[&[f32]]| -> Vec<f64> { chunk.iter().map(|p| workload.evaluate(p).loss).collect() };
+            if threads < 2 || !workload.parallel_gradients() || params.len() < 2 {
+                return losses(params);
+            }
+            let per = params.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                let parts: Vec<_> = params.chunks(per).map(|chunk| s.spawn(move || losses(chunk))).collect();
+                parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+            })
         })
     }
 
