@@ -538,39 +538,35 @@ mod tests {
         (loss.to_bits(), right)
     }
 
+    /// Asserts that each wider clone this processor can run gives `portable`'s result.
+    fn as_portable<T: PartialEq>(what: &str, portable: &T, avx2: impl FnOnce() -> T, avx512: impl FnOnce() -> T) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                assert!(avx2() == *portable, "AVX2's {what} differs from the portable path");
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+                assert!(avx512() == *portable, "AVX-512's {what} differs from the portable path");
+            }
+        }
+    }
+
     #[test]
+    #[allow(unsafe_code)]
     fn every_vector_width_gives_the_same_bits() {
-        let portable = bits(gradient_portable);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: detected just now.
-                #[allow(unsafe_code)]
-                let avx2 = bits(|s, p, x, l, o| unsafe { gradient_avx2(s, p, x, l, o) });
-                assert!(avx2 == portable, "AVX2 differs from the portable path");
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
-                // SAFETY: as above.
-                #[allow(unsafe_code)]
-                let avx512 = bits(|s, p, x, l, o| unsafe { gradient_avx512(s, p, x, l, o) });
-                assert!(avx512 == portable, "AVX-512 differs from the portable path");
-            }
-        }
-        let portable = evaluation(evaluate_portable);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: detected just now.
-                #[allow(unsafe_code)]
-                let avx2 = evaluation(|s, p, x, l, o| unsafe { evaluate_avx2(s, p, x, l, o) });
-                assert!(avx2 == portable, "AVX2's evaluation differs from the portable path");
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
-                // SAFETY: as above.
-                #[allow(unsafe_code)]
-                let avx512 = evaluation(|s, p, x, l, o| unsafe { evaluate_avx512(s, p, x, l, o) });
-                assert!(avx512 == portable, "AVX-512's evaluation differs from the portable path");
-            }
-        }
+        // SAFETY (every `unsafe` below): `as_portable` calls a clone only where the processor
+        // has the features it is compiled for.
+        as_portable(
+            "gradient",
+            &bits(gradient_portable),
+            || bits(|s, p, x, l, o| unsafe { gradient_avx2(s, p, x, l, o) }),
+            || bits(|s, p, x, l, o| unsafe { gradient_avx512(s, p, x, l, o) }),
+        );
+        as_portable(
+            "evaluation",
+            &evaluation(evaluate_portable),
+            || evaluation(|s, p, x, l, o| unsafe { evaluate_avx2(s, p, x, l, o) }),
+            || evaluation(|s, p, x, l, o| unsafe { evaluate_avx512(s, p, x, l, o) }),
+        );
     }
 }
