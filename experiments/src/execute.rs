@@ -31,10 +31,18 @@ pub fn execute_with(spec: &Spec, trace: bool, recording: Option<Recording>) -> R
     execute_full(spec, trace, recording, Extras::default())
 }
 
-/// [`execute`], replaying `order`, the order of handler calls a real run of `spec` recorded
-/// (see [`dsgd_runtime::order`]).
-pub fn execute_in_order(spec: &Spec, trace: bool, order: RecordedOrder) -> Result<Outcome> {
-    execute_full(spec, trace, None, Extras { order: Some(order), ..Extras::default() })
+/// [`execute_with`], replaying `order`, the order of handler calls a real run of `spec`
+/// recorded (see [`dsgd_runtime::order`]); the outcome keeps the order, so that the run's folder
+/// holds it and `dsgd replay` replays the run with it.
+pub fn execute_in_order(
+    spec: &Spec,
+    trace: bool,
+    recording: Option<Recording>,
+    order: RecordedOrder,
+) -> Result<Outcome> {
+    let mut out = execute_full(spec, trace, recording, Extras { order: Some(order.clone()), ..Extras::default() })?;
+    out.result.order = Some(order);
+    Ok(out)
 }
 
 /// The file of a real run's folder that holds its order of handler calls.
@@ -67,6 +75,19 @@ pub fn saved_recording(dir: &Path) -> Result<Option<Recording>> {
     let path = dir.join(GRADIENT_TIMES);
     match std::fs::read_to_string(&path) {
         Ok(text) => Ok(Some(Recording::from_csv(&text, &path.display().to_string())?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", &path)(e)),
+    }
+}
+
+/// The order of handler calls saved in run folder `dir` (a real run's, or the one a simulated
+/// run replayed), if it has one.
+pub fn saved_order(dir: &Path) -> Result<Option<RecordedOrder>> {
+    let path = dir.join(ORDER);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+            dsgd_sim::SimError::config("order", format!("{}: not a recorded order: {e}", path.display())).into()
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("read", &path)(e)),
     }

@@ -466,5 +466,13 @@ fn every_algorithm_ends_with_the_real_runs_bits_when_the_simulator_replays_its_o
         }
         assert!(r["updates"].as_u64().unwrap() >= 40, "{alg}: {r}");
         assert!(s["final_loss"].as_f64().is_some(), "{alg}: {s}");
+        // The simulated run keeps the order it replayed, so `dsgd replay` reproduces it.
+        let again =
+            Command::new(env!("CARGO_BIN_EXE_dsgd")).current_dir(dir.path()).args(["replay", "sim"]).output().unwrap();
+        assert!(
+            again.status.success() && text(&again).contains("1 of 1 runs replayed identically"),
+            "{alg}: {}",
+            text(&again)
+        );
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::anyhow;
 
 use super::out::{say, Out};
-use dsgd_experiments::execute::{execute_with, saved_recording, GRADIENT_TIMES};
+use dsgd_experiments::execute::{execute_in_order, execute_with, saved_order, saved_recording, GRADIENT_TIMES};
 use dsgd_experiments::output::{metrics_csv, same_csv, Summary};
 use dsgd_experiments::spec::StepTimes;
 use dsgd_experiments::sweep::{self, RunRecord};
@@ -41,7 +41,10 @@ fn replay_one(r: &RunRecord, out: Out) -> anyhow::Result<serde_json::Value> {
     if recording.is_none() && r.spec.compute.gradient_time == StepTimes::Measured {
         return Err(anyhow!("{}: a measured run without its {GRADIENT_TIMES}; it cannot be replayed", r.dir.display()));
     }
-    let outcome = execute_with(&r.spec, false, recording)?;
+    let outcome = match saved_order(&r.dir)? {
+        Some(order) => execute_in_order(&r.spec, false, recording, order)?,
+        None => execute_with(&r.spec, false, recording)?,
+    };
     let same_summary = same_summary(&r.dir, &outcome.summary)?;
     let csv = std::fs::read_to_string(r.dir.join("metrics.csv")).unwrap_or_default();
     let same_metrics = same_csv(&csv, &metrics_csv(&outcome.result));

@@ -90,7 +90,7 @@ fn run_one(
         true => execute_checked(&spec, dsgd_experiments::torture::checks_for(&spec))
             .with_context(|| format!("{} (checked)", path.display()))?,
         false => match order {
-            Some(file) => execute_in_order(&spec, trace, load_order(&file)?)
+            Some(file) => execute_in_order(&spec, trace, None, load_order(&file)?)
                 .with_context(|| format!("{} replaying the order in {}", path.display(), file.display()))?,
             None => execute(&spec, trace)?,
         },
@@ -140,9 +140,10 @@ fn run_one(
     }
     say!(
         out,
-        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}}}",
+        "  wrote {}/{{spec.json,summary.json,metrics.csv,timeline.csv{}{}{}}}",
         dir.display(),
         if outcome.result.recording.is_some() { ",gradient_times.csv" } else { "" },
+        if outcome.result.order.is_some() { ",order.json" } else { "" },
         if trace { ",trace.json" } else { "" }
     );
     if out.json_mode() {
