@@ -85,12 +85,23 @@ pub fn saved_recording(dir: &Path) -> Result<Option<Recording>> {
 pub fn saved_order(dir: &Path) -> Result<Option<RecordedOrder>> {
     let path = dir.join(ORDER);
     match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
-            dsgd_sim::SimError::config("order", format!("{}: not a recorded order: {e}", path.display())).into()
-        }),
+        Ok(text) => parse_order(&text, &path).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("read", &path)(e)),
     }
+}
+
+/// A recorded order read from `path` (a real run's `order.json`), with errors that name it.
+pub fn read_order(path: &Path) -> Result<RecordedOrder> {
+    let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
+    parse_order(&text, path)
+}
+
+fn parse_order(text: &str, path: &Path) -> Result<RecordedOrder> {
+    serde_json::from_str(text).map_err(|e| {
+        let why = format!("{}: not a recorded order (the order.json of a `dsgd real` folder): {e}", path.display());
+        dsgd_sim::SimError::config("order", why).into()
+    })
 }
 
 /// Writes a run's folder atomically at `dest`.

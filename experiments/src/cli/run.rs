@@ -4,7 +4,7 @@ use anyhow::{anyhow, Context};
 
 use super::out::{say, Out};
 use super::sweep::{finish_sweep, interrupted, sweep_json, sweep_report};
-use dsgd_experiments::execute::{execute, execute_checked, execute_in_order, write_run};
+use dsgd_experiments::execute::{execute, execute_checked, execute_in_order, read_order, write_run};
 use dsgd_experiments::load::{self, spec_from_file};
 use dsgd_experiments::output::fresh_dir;
 use dsgd_experiments::sweep;
@@ -90,7 +90,7 @@ fn run_one(
         true => execute_checked(&spec, dsgd_experiments::torture::checks_for(&spec))
             .with_context(|| format!("{} (checked)", path.display()))?,
         false => match order {
-            Some(file) => execute_in_order(&spec, trace, None, load_order(&file)?)
+            Some(file) => execute_in_order(&spec, trace, None, read_order(&file)?)
                 .with_context(|| format!("{} replaying the order in {}", path.display(), file.display()))?,
             None => execute(&spec, trace)?,
         },
@@ -178,11 +178,4 @@ fn run_default(dest: Option<PathBuf>, sets: &[String], jobs: usize, out: Out) ->
     let runs = finish_sweep(&dest, true, out)?;
     sweep_json(&dest, &report, &runs, out);
     Ok(code)
-}
-
-/// A real run's `order.json`, read with errors that name the file.
-fn load_order(file: &Path) -> anyhow::Result<dsgd_runtime::order::RecordedOrder> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("{}: cannot read the order", file.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| anyhow!("{}: not a recorded order (the order.json of a `dsgd real` folder): {e}", file.display()))
 }
