@@ -55,6 +55,11 @@ pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Co
                     covered += params.len();
                 }
             }
+            // A weight of one divides nothing out: the values are copied (the same bits as
+            // `x / 1` for every value arithmetic makes, without a division an element).
+            View::Replica { params, weight } if params.len() == dim && weight == 1.0 => {
+                replica = Some(params.into_owned());
+            }
             View::Replica { params, weight } if params.len() == dim && weight > 0.0 => {
                 replica = Some(params.iter().map(|&x| (x as f64 / weight) as f32).collect());
             }

@@ -156,8 +156,9 @@ pub struct GossipNode {
     z_ok: bool,
     /// Push mode: pushed halves of `x` received and not yet added to `xs`, in arrival order.
     pending: Vec<Arc<Vec<i64>>>,
-    /// Push mode: buffers of acknowledged pushes, for the next ones (fresh pages cost more than
-    /// the arithmetic).
+    /// Push mode: buffers of added or acknowledged pushes, for the next ones (fresh pages cost
+    /// more than the arithmetic), until they go to the process's pool
+    /// ([`crate::sharing::Sharing::buffers`]) where there is one.
     spare: Vec<Vec<i64>>,
     opt: Sgd,
     steps: u64,
@@ -220,10 +221,22 @@ impl GossipNode {
         self.unacked.len()
     }
 
-    /// The node's model `z = x / w` (push mode), computed afresh.
+    /// The node's model `z = x / w` (push mode), computed afresh: with up to two messages
+    /// waiting, in one pass that adds them on the way (the same saturating additions in the same
+    /// order as [`Self::mass`], without a copy of `x`).
     fn z_fresh(&self) -> Vec<f32> {
         let w = self.w as f64 / W_ONE as f64;
-        self.mass().0.iter().map(|&x| z_of(x, w)).collect()
+        match self.pending.as_slice() {
+            [] => self.xs.iter().map(|&x| z_of(x, w)).collect(),
+            [a] => self.xs.iter().zip(a.iter()).map(|(&x, &a)| z_of(x.saturating_add(a), w)).collect(),
+            [a, b] => self
+                .xs
+                .iter()
+                .zip(a.iter().zip(b.iter()))
+                .map(|(&x, (&a, &b))| z_of(x.saturating_add(a).saturating_add(b), w))
+                .collect(),
+            _ => self.mass().0.iter().map(|&x| z_of(x, w)).collect(),
+        }
     }
 
     /// The node's model `z = x / w` (push mode), from the cache or computed into it.
@@ -272,6 +285,11 @@ impl GossipNode {
                 self.spare.push(buf);
             }
         }
+    }
+
+    /// A buffer for a push: one of this node's, else one of the process's pool, else a new one.
+    fn buffer(&mut self, ctx: &mut dyn Context<GossipMsg>) -> Vec<i64> {
+        self.spare.pop().or_else(|| ctx.sharing().buffers().and_then(|pool| pool.take())).unwrap_or_default()
     }
 
     /// Pull-mode parameters.
@@ -390,7 +408,8 @@ impl GossipNode {
     fn gossip(&mut self, ctx: &mut dyn Context<GossipMsg>) {
         if self.push() {
             let Some(peer) = self.push_target(ctx) else { return };
-            let (x, w) = self.split_off();
+            let buf = self.buffer(ctx);
+            let (x, w) = self.split_off(buf);
             self.send_push(ctx, peer, x, w);
         } else if self.outstanding.is_none() {
             let Some(peer) = self.choose_peer(ctx) else { return };
@@ -418,17 +437,21 @@ impl GossipNode {
         let kept = self.w as f64 / W_ONE as f64;
         let mut z = self.take_z();
         let z_valid = self.z_ok;
-        let last = self.pending.pop();
+        // The last two messages waiting are added in the pass, any before them first.
+        let last = self.pending.split_off(self.pending.len().saturating_sub(2));
         self.settle();
-        let mut half = if peer.is_some() { self.spare.pop().unwrap_or_default() } else { Vec::new() };
+        let mut half = if peer.is_some() { self.buffer(ctx) } else { Vec::new() };
         let (rule, velocity) = self.opt.take_step(1.0);
         let sent = peer.map(|_| (&mut half, kept));
-        let incoming = last.as_deref().map(|v| v.as_slice());
+        let incoming = [last.first().map(|v| v.as_slice()), last.get(1).map(|v| v.as_slice())];
         push_sum::Step { xs: &mut self.xs, incoming, grad, rule, velocity, w, sent, z: &mut z, z_valid }.run();
         self.z = Arc::new(z);
         self.z_ok = true;
-        if let Some(m) = last {
+        for m in last {
             self.recycle(m);
+        }
+        if let Some(pool) = ctx.sharing().buffers() {
+            self.spare.drain(..).for_each(|b| pool.give(b));
         }
         if let (Some(peer), Some(sent_w)) = (peer, sent_w) {
             self.send_push(ctx, peer, half, sent_w);
@@ -436,13 +459,12 @@ impl GossipNode {
         self.compute(ctx);
     }
 
-    /// Splits `(x, w)` in two, keeping one half and returning the other (`x` in a spare
-    /// buffer); the model `z` of the half kept is computed in the same pass.
-    fn split_off(&mut self) -> (Vec<i64>, i64) {
+    /// Splits `(x, w)` in two, keeping one half and returning the other (`x` in `half`, a
+    /// spare buffer); the model `z` of the half kept is computed in the same pass.
+    fn split_off(&mut self, mut half: Vec<i64>) -> (Vec<i64>, i64) {
         self.settle();
         let sent_w = split(&mut self.w);
         let w = self.w as f64 / W_ONE as f64;
-        let mut half = self.spare.pop().unwrap_or_default();
         half.clear();
         half.reserve(self.xs.len());
         let mut z = self.take_z();

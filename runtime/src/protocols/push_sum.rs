@@ -66,8 +66,9 @@ pub fn split(v: &mut i64) -> i64 {
 pub struct Step<'a> {
     /// The node's `x` (fixed point), updated in place.
     pub xs: &'a mut [i64],
-    /// A pushed half received and not yet added to `xs`: added first.
-    pub incoming: Option<&'a [i64]>,
+    /// Pushed halves received and not yet added to `xs`, at most two, in arrival order: added
+    /// first, one after the other (each addition saturating, as [`absorb`] would add them).
+    pub incoming: [Option<&'a [i64]>; 2],
     /// The gradient, taken at the node's current model.
     pub grad: &'a [f32],
     /// The optimizer's step.
@@ -115,18 +116,21 @@ fn step_portable(s: Step<'_>) {
 #[inline(always)]
 fn step_body(s: Step<'_>) {
     let w = s.w;
-    let valid = s.z_valid && s.incoming.is_none() && s.z.len() == s.xs.len();
+    let valid = s.z_valid && s.incoming.iter().all(Option::is_none) && s.z.len() == s.xs.len();
     match s.incoming {
-        Some(m) => step_shapes(s, m.iter().copied(), |x, _| z_of(x, w)),
-        None if valid => step_shapes(s, std::iter::repeat(0), |_, z| z),
-        None => step_shapes(s, std::iter::repeat(0), |x, _| z_of(x, w)),
+        [Some(a), Some(b)] => step_shapes(s, a.iter().copied().zip(b.iter().copied()), |x, _| z_of(x, w)),
+        [Some(m), None] | [None, Some(m)] => {
+            step_shapes(s, m.iter().copied().zip(std::iter::repeat(0)), |x, _| z_of(x, w))
+        }
+        [None, None] if valid => step_shapes(s, std::iter::repeat((0, 0)), |_, z| z),
+        [None, None] => step_shapes(s, std::iter::repeat((0, 0)), |x, _| z_of(x, w)),
     }
 }
 
-/// The pass, with `incoming` added to each element of `x` first (zeros where nothing came) and
-/// the model at `x` given by `model(x, z as it was)`.
+/// The pass, with the two `incoming` halves added to each element of `x` first, one after the
+/// other (zeros where nothing came), and the model at `x` given by `model(x, z as it was)`.
 #[inline(always)]
-fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = i64>, model: impl Fn(i64, f32) -> f32) {
+fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = (i64, i64)>, model: impl Fn(i64, f32) -> f32) {
     let Step { xs, grad, rule, velocity, w, sent, z, .. } = s;
     let n = xs.len();
     sized(z, n);
@@ -144,7 +148,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = i64>, model: impl Fn(
             for (((((x, m), g), v), h), z) in
                 xs.iter_mut().zip(incoming).zip(grad).zip(v.iter_mut()).zip(h.iter_mut()).zip(z.iter_mut())
             {
-                *x = x.saturating_add(m);
+                *x = x.saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 let mut x1 = update(*x, rule.momentum(z0, *g, v), z0);
                 *h = split(&mut x1);
@@ -154,7 +158,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = i64>, model: impl Fn(
         }
         (Some(v), None) => {
             for ((((x, m), g), v), z) in xs.iter_mut().zip(incoming).zip(grad).zip(v.iter_mut()).zip(z.iter_mut()) {
-                *x = x.saturating_add(m);
+                *x = x.saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 *x = update(*x, rule.momentum(z0, *g, v), z0);
                 *z = z_of(*x, w_after);
@@ -162,7 +166,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = i64>, model: impl Fn(
         }
         (None, Some(h)) => {
             for ((((x, m), g), h), z) in xs.iter_mut().zip(incoming).zip(grad).zip(h.iter_mut()).zip(z.iter_mut()) {
-                *x = x.saturating_add(m);
+                *x = x.saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 let mut x1 = update(*x, rule.plain(z0, *g), z0);
                 *h = split(&mut x1);
@@ -172,7 +176,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = i64>, model: impl Fn(
         }
         (None, None) => {
             for (((x, m), g), z) in xs.iter_mut().zip(incoming).zip(grad).zip(z.iter_mut()) {
-                *x = x.saturating_add(m);
+                *x = x.saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 *x = update(*x, rule.plain(z0, *g), z0);
                 *z = z_of(*x, w_after);
@@ -311,7 +315,7 @@ mod tests {
                 let (rule, velocity) = ob.take_step(1.0);
                 Step {
                     xs: &mut b,
-                    incoming: (round % 2 == 1).then_some(&msg[..]),
+                    incoming: [(round % 2 == 1).then_some(&msg[..]), None],
                     grad: &grad,
                     rule,
                     velocity,
@@ -332,6 +336,48 @@ mod tests {
     }
 
     #[test]
+    fn two_messages_added_in_the_pass_give_the_bits_of_adding_them_one_after_the_other() {
+        // Values near the ends of i64, where the order of two saturating additions shows.
+        let n = 777;
+        let top = i64::MAX - (1 << 20);
+        let xs0: Vec<i64> = (0..n as i64)
+            .map(|i| {
+                if i % 3 == 0 {
+                    top - i
+                } else if i % 3 == 1 {
+                    -top + i
+                } else {
+                    (i - 300) << 30
+                }
+            })
+            .collect();
+        let a: Vec<i64> = (0..n as i64).map(|i| if i % 2 == 0 { 1 << 30 } else { -(1 << 30) } * (i % 7 + 1)).collect();
+        let b: Vec<i64> = (0..n as i64).map(|i| if i % 2 == 0 { -(1 << 29) } else { 1 << 29 } * (i % 5 + 1)).collect();
+        let grad: Vec<f32> = (0..n).map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0).collect();
+        let in_turn = |i: usize| xs0[i].saturating_add(a[i]).saturating_add(b[i]);
+        assert!((0..n).any(|i| in_turn(i) != xs0[i].saturating_add(a[i] + b[i])), "inputs where the order shows");
+        for (momentum, gossip) in [(0.9, true), (0.0, false)] {
+            let cfg = OptimizerConfig { lr: 0.1, momentum, weight_decay: 1e-4, ..Default::default() };
+            let (mut oa, mut ob) = (Sgd::new(cfg, n, 1), Sgd::new(cfg, n, 1));
+            let (mut one, mut two) = (xs0.clone(), xs0.clone());
+            absorb(&mut one, &a);
+            let mut runs = Vec::new();
+            for (xs, opt, incoming) in
+                [(&mut one, &mut oa, [Some(&b[..]), None]), (&mut two, &mut ob, [Some(&a[..]), Some(&b[..])])]
+            {
+                let (mut half, mut z) = (Vec::new(), Vec::new());
+                let (rule, velocity) = opt.take_step(1.0);
+                let sent = gossip.then_some((&mut half, 0.5));
+                Step { xs, incoming, grad: &grad, rule, velocity, w: 1.0, sent, z: &mut z, z_valid: false }.run();
+                runs.push((half, z));
+            }
+            assert_eq!(one, two, "x, momentum {momentum}");
+            assert_eq!(runs[0], runs[1], "the half sent and the next model");
+            assert_eq!(oa.velocity(), ob.velocity());
+        }
+    }
+
+    #[test]
     fn the_model_left_by_the_last_pass_is_read_instead_of_divided_out_again() {
         let n = 513;
         let cfg = OptimizerConfig { lr: 0.1, momentum: 0.9, ..Default::default() };
@@ -344,7 +390,8 @@ mod tests {
         for round in 0..3 {
             for (xs, opt, z, valid) in [(&mut a, &mut oa, &mut za, false), (&mut b, &mut ob, &mut zb, round > 0)] {
                 let (rule, velocity) = opt.take_step(1.0);
-                Step { xs, incoming: None, grad: &grad, rule, velocity, w, sent: None, z, z_valid: valid }.run();
+                Step { xs, incoming: [None, None], grad: &grad, rule, velocity, w, sent: None, z, z_valid: valid }
+                    .run();
             }
             assert_eq!(a, b, "round {round}");
             assert_eq!(za, zb, "round {round}");
