@@ -13,7 +13,7 @@ mod guard;
 
 pub use check::{CheckReport, Checks};
 
-use crate::consensus::{consensus_of, Consensus, NO_MODEL};
+use crate::consensus::{consensus_on, Consensus, NO_MODEL};
 use crate::gradient_pool::GradientPool;
 use crate::host::{Host, RankCore};
 use crate::metrics::{Metrics, Sample};
@@ -180,7 +180,7 @@ impl<P: Protocol> SimExecutor<P> {
         let dim = if self.workload.timing_only() { 0 } else { self.workload.param_count() };
         let views =
             self.roles.iter().enumerate().map(|(r, role)| if self.sim.is_up(r) { role.view() } else { View::Nothing });
-        consensus_of(views, dim)
+        consensus_on(views, dim, self.threads)
     }
 
     /// Evaluates the consensus model; returns the sample and the model (`None`: no model).
