@@ -146,6 +146,28 @@ pub enum Swatch {
     Box,
 }
 
+/// The legend of line charts: each colour's first label.
+fn line_entries(panels: &[Panel]) -> Vec<(String, RGBColor)> {
+    let mut entries: BTreeMap<usize, String> = BTreeMap::new();
+    for s in panels.iter().flat_map(|p| &p.series) {
+        entries.entry(s.color).or_insert_with(|| s.label.clone());
+    }
+    entries.into_iter().map(|(c, l)| (l, PALETTE[c % PALETTE.len()])).collect()
+}
+
+/// Pixels the legend of `entries` takes: its column's width, and its height from the top of the
+/// area it is drawn in (the figure must be at least that tall, or the last entries are cut off).
+fn legend_size(entries: &[(String, RGBColor)]) -> (u32, u32) {
+    let lines: Vec<Vec<String>> = entries.iter().map(|(l, _)| legend_lines(l)).collect();
+    let longest = lines.iter().flatten().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+    let width = (40 + 8 * longest).clamp(110, 40 + 8 * LEGEND_CHARS as u32);
+    let height = LEGEND_TOP + lines.iter().map(|l| 24 + 18 * l.len().saturating_sub(1) as u32).sum::<u32>();
+    (width, height)
+}
+
+/// Where the legend's first entry stands, in pixels from the top of its area.
+const LEGEND_TOP: u32 = 60;
+
 /// Splits `area` into the plotting part and a legend column on its right, draws the legend
 /// there, and returns the plotting part.
 fn with_legend<DB: DrawingBackend>(
@@ -157,13 +179,12 @@ fn with_legend<DB: DrawingBackend>(
     if entries.is_empty() {
         return Ok(area.clone());
     }
+    let (width, _) = legend_size(entries);
     let entries: Vec<(Vec<String>, RGBColor)> = entries.iter().map(|(l, c)| (legend_lines(l), *c)).collect();
-    let longest = entries.iter().flat_map(|(l, _)| l).map(|l| l.chars().count()).max().unwrap_or(0) as u32;
-    let width = (40 + 8 * longest).clamp(110, 40 + 8 * LEGEND_CHARS as u32);
     let (w, _) = area.dim_in_pixel();
     let (plot, legend) = area.split_horizontally(w.saturating_sub(width));
     let font = ("sans-serif", 14).into_font();
-    let mut y = 60;
+    let mut y = LEGEND_TOP as i32;
     for (label, color) in entries {
         match swatch {
             Swatch::Line => legend
@@ -237,12 +258,7 @@ fn draw_lines<DB: DrawingBackend>(
     area.fill(&WHITE).map_err(e)?;
     let cap = divergence_cap(panels, x, y);
     let area = area.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(e)?;
-    let mut entries: BTreeMap<usize, String> = BTreeMap::new();
-    for s in panels.iter().flat_map(|p| &p.series) {
-        entries.entry(s.color).or_insert_with(|| s.label.clone());
-    }
-    let entries: Vec<(String, RGBColor)> = entries.into_iter().map(|(c, l)| (l, PALETTE[c % PALETTE.len()])).collect();
-    let area = with_legend(&area, &entries, Swatch::Line)?;
+    let area = with_legend(&area, &line_entries(panels), Swatch::Line)?;
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
     for (cell, panel) in area.split_evenly((rows, cols)).into_iter().zip(panels) {
@@ -347,9 +363,16 @@ pub(crate) use on_target;
 
 /// A multi-panel line chart as PNG and SVG.
 pub fn line_chart(stem: &Path, title: &str, panels: &[Panel], x: Axis, y: Axis) -> crate::Result<Vec<PathBuf>> {
+    both_formats(stem, line_chart_size(panels), &|t| on_target!(t, a => draw_lines(a, title, panels, x, y)))
+}
+
+/// A line chart's pixels: 520 × 380 a panel, three panels a row, beside its legend, and tall
+/// enough for the whole legend (below the title's 40 pixels).
+fn line_chart_size(panels: &[Panel]) -> (u32, u32) {
     let cols = panels.len().clamp(1, 3) as u32;
     let rows = panels.len().div_ceil(3).max(1) as u32;
-    both_formats(stem, (520 * cols + 220, 40 + 380 * rows), &|t| on_target!(t, a => draw_lines(a, title, panels, x, y)))
+    let (legend_w, legend_h) = legend_size(&line_entries(panels));
+    (520 * cols + legend_w.max(220), (40 + 380 * rows).max(40 + legend_h + 20))
 }
 
 /// Reads a run's `metrics.csv` as (time, column) pairs.
@@ -733,6 +756,26 @@ mod tests {
         assert_eq!(lines[0], "async_ps");
         assert!(lines[1].starts_with("  delay") && lines[2..].iter().all(|l| l.starts_with("    ")), "{lines:#?}");
         assert_eq!(legend_lines("sync\n  lr=0.1: 4 nodes"), ["sync", "  lr=0.1: 4 nodes"]);
+    }
+
+    #[test]
+    fn a_line_chart_is_tall_enough_for_its_whole_legend() {
+        // Six algorithms with three long variants each: a legend taller than one row of panels.
+        let label = |a: usize| {
+            format!("algorithm{a}\n  delay_compensation=- staleness_lr=inverse lr=0.03 momentum=0.9: 4 nodes\n  tau=16 lr=0.1 momentum=0.0: 16 nodes\n  lr=0.3 momentum=0.9: 64 nodes")
+        };
+        let series = |a: usize| Series { label: label(a), color: a, points: vec![(0.0, 1.0)], band: Vec::new() };
+        let panels: Vec<Panel> =
+            (0..3).map(|p| Panel { title: format!("{p}"), series: (0..6).map(series).collect() }).collect();
+        let (_, legend_h) = legend_size(&line_entries(&panels));
+        assert!(legend_h > 380, "the case needs a taller figure: {legend_h}");
+        let (w, h) = line_chart_size(&panels);
+        assert!(h >= 40 + legend_h, "figure {h} px, legend {legend_h} px below the title");
+        assert!(w >= 3 * 520 + legend_size(&line_entries(&panels)).0);
+        // A short legend keeps the usual size.
+        let one: Vec<Panel> =
+            vec![Panel { title: "4 nodes".into(), series: vec![Series { label: "sync".into(), ..series(0) }] }];
+        assert_eq!(line_chart_size(&one), (520 + 220, 420));
     }
 
     fn first_at_or_above(points: &[(f64, f64)], target: f64) -> Option<f64> {
