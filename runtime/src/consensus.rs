@@ -261,8 +261,9 @@ mod tests {
         // Past the size from which the work is spread: 20 replicas of 60,000, one down, and
         // push-sum weights other than one.
         let dim = 60_000;
-        let vs: Vec<Vec<f32>> =
-            (0..20).map(|r| (0..dim).map(|i| ((r * 7919 + i * 31) as f32).sin() * (1.0 + r as f32)).collect()).collect();
+        let vs: Vec<Vec<f32>> = (0..20)
+            .map(|r| (0..dim).map(|i| ((r * 7919 + i * 31) as f32).sin() * (1.0 + r as f32)).collect())
+            .collect();
         let views = || {
             vs.iter().enumerate().map(|(r, v)| match r {
                 3 => View::Nothing,
