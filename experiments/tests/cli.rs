@@ -251,7 +251,7 @@ fn the_default_runs_with_no_spec_and_draws_its_figures() {
     let o = dsgd(dir.path(), &["run"]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
-    for alg in ["sync", "async_ps", "easgd", "gossip-pull", "gossip-push"] {
+    for alg in ["sync", "async_ps", "easgd", "gossip-pull", "gossip-push", "local_sgd"] {
         assert!(out.contains(&format!("| {alg} |")), "table lacks {alg}:\n{out}");
     }
     let plots = dir.path().join("runs/default/plots");
