@@ -99,8 +99,9 @@ pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threa
     Consensus { model, distance, replicas }
 }
 
-/// `items` mapped by `f`, in order, the list cut into `threads` runs mapped side by side.
-fn by_item<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+/// `items` mapped by `f`, in order, the list cut into `threads` runs mapped side by side (one
+/// on the calling thread).
+pub(crate) fn by_item<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> U + Sync) -> Vec<U> {
     if threads < 2 || items.len() < 2 {
         return items.into_iter().map(f).collect();
     }

@@ -206,16 +206,9 @@ impl<P: Protocol> SimExecutor<P> {
     fn node_losses(&self, replicas: &[Option<Vec<f32>>]) -> Vec<Option<f64>> {
         let workload = &*self.workload;
         let threads = self.threads;
+        let threads = if workload.parallel_gradients() { threads } else { 1 };
         crate::consensus::replica_losses(replicas, |params| {
-            let losses = |chunk: &[&[f32]]| -> Vec<f64> { chunk.iter().map(|p| workload.evaluate(p).loss).collect() };
-            if threads < 2 || !workload.parallel_gradients() || params.len() < 2 {
-                return losses(params);
-            }
-            let per = params.len().div_ceil(threads);
-            std::thread::scope(|s| {
-                let parts: Vec<_> = params.chunks(per).map(|chunk| s.spawn(move || losses(chunk))).collect();
-                parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-            })
+            crate::consensus::by_item(params.to_vec(), threads, |p| workload.evaluate(p).loss)
         })
     }
 
