@@ -437,14 +437,45 @@ impl GossipNode {
         let kept = self.w as f64 / W_ONE as f64;
         let mut z = self.take_z();
         let z_valid = self.z_ok;
-        // The last two messages waiting are added in the pass, any before them first.
-        let last = self.pending.split_off(self.pending.len().saturating_sub(2));
+        // The last messages waiting are added in the pass, any before them first: two, or
+        // three when the half sent is written over the first of them, which it is where nobody
+        // else holds that one (its sender has had the acknowledgement); else the half goes
+        // into a spare buffer.
+        let pending = self.pending.len();
+        let unique = |m: &Arc<Vec<i64>>| Arc::strong_count(m) == 1 && Arc::weak_count(m) == 0;
+        let over = peer.is_some() && pending > 0 && unique(&self.pending[pending.saturating_sub(3)]);
+        let mut last = self.pending.split_off(pending.saturating_sub(if over { 3 } else { 2 }));
         self.settle();
-        let mut half = if peer.is_some() { self.buffer(ctx) } else { Vec::new() };
+        let mut first = None;
+        if over {
+            match Arc::try_unwrap(last.remove(0)) {
+                Ok(buf) if buf.len() == self.xs.len() => first = Some(buf),
+                Ok(buf) => push_sum::absorb(&mut self.xs, &buf),
+                Err(shared) => push_sum::absorb(&mut self.xs, &shared),
+            }
+        }
+        let sent_holds_first = first.is_some();
+        let mut half = match first {
+            Some(buf) => buf,
+            None if peer.is_some() => self.buffer(ctx),
+            None => Vec::new(),
+        };
         let (rule, velocity) = self.opt.take_step(1.0);
         let sent = peer.map(|_| (&mut half, kept));
         let incoming = [last.first().map(|v| v.as_slice()), last.get(1).map(|v| v.as_slice())];
-        push_sum::Step { xs: &mut self.xs, incoming, grad, rule, velocity, w, sent, z: &mut z, z_valid }.run();
+        push_sum::Step {
+            xs: &mut self.xs,
+            incoming,
+            grad,
+            rule,
+            velocity,
+            w,
+            sent,
+            sent_holds_first,
+            z: &mut z,
+            z_valid,
+        }
+        .run();
         self.z = Arc::new(z);
         self.z_ok = true;
         for m in last {

@@ -17,28 +17,33 @@ use crate::optimizer::StepRule;
 pub const X_ONE: f64 = (1u64 << 32) as f64;
 
 /// `v.round() as i64` (to nearest, ties away from zero, saturating, NaN to 0), bit for bit,
-/// without the call to libm's `round` that baseline x86-64 cannot inline. Exact: for
-/// |v| < 2^52 the fraction `v - trunc(v)` is representable, and from 2^52 on `v` is an integer.
+/// without the call to libm's `round` that baseline x86-64 cannot inline.
+///
+/// Exact: adding the largest `f64` below one half, with `v`'s sign, and truncating rounds to
+/// nearest with ties away from zero for every `f64`. Below 2^52 a fraction of a half or more
+/// carries the sum (rounded to nearest, ties to even) over the next integer, and anything less
+/// stays below it (0.49999999999999994 + 0.5 rounds to 1, 0.49999999999999994 +
+/// 0.49999999999999994 does not); from 2^52 on `v` is an integer and less than half its spacing
+/// is added, which rounds back to `v`.
 ///
 /// Written so that it vectorises: `as` saturates and sends NaN to 0, which no vector
 /// instruction does, so the value is first brought into `i64`'s range (NaN to 0, above it to
 /// the largest `f64` below 2^63, below it to -2^63, all exact where it matters), and the
-/// saturated ends are chosen after.
+/// saturated top is chosen after.
 #[inline(always)]
 pub fn round_to_i64(v: f64) -> i64 {
     const TOP: f64 = 9_223_372_036_854_774_784.0; // the largest f64 below 2^63
+    const BELOW_HALF: f64 = 0.499_999_999_999_999_94; // 0.5 - 2^-54
     let c = if v.is_nan() { 0.0 } else { v.clamp(-TOP - 1024.0, TOP) };
-    // SAFETY: `c` is finite and in [-2^63, 2^63), so it truncates to an `i64` (the checked
-    // `as` would do the same, element by element, with a range test no vector unit has).
+    let r = c + BELOW_HALF.copysign(c); // in [-2^63, TOP]: at the ends the spacing is 1024
+                                        // SAFETY: `r` is finite and in [-2^63, 2^63), so it truncates to an `i64` (the checked
+                                        // `as` would do the same, element by element, with a range test no vector unit has).
     #[allow(unsafe_code)]
-    let t: i64 = unsafe { c.to_int_unchecked() };
-    let frac = c - t as f64;
-    // Without branches: a fraction of a half or more is as likely as not.
-    let r = t.saturating_add((frac >= 0.5) as i64 - (frac <= -0.5) as i64);
+    let t: i64 = unsafe { r.to_int_unchecked() };
     if v > TOP {
         i64::MAX
     } else {
-        r
+        t
     }
 }
 
@@ -79,6 +84,10 @@ pub struct Step<'a> {
     pub w: f64,
     /// Gossip: the half of `x` sent (filled), and the weight kept, in units.
     pub sent: Option<(&'a mut Vec<i64>, f64)>,
+    /// The buffer of `sent` holds, coming in, the first message waiting (added before those in
+    /// `incoming`, so up to three are added in the pass), and the half is written over it: the half's lines are then in cache when
+    /// written, where a fresh buffer's would each be read from memory first.
+    pub sent_holds_first: bool,
     /// The model `z = x / w` after the step (and the split), filled for the next gradient.
     /// Coming in, it may hold the model of `x` and `w` as they are (see `z_valid`).
     pub z: &'a mut Vec<f32>,
@@ -117,30 +126,49 @@ fn step_portable(s: Step<'_>) {
 fn step_body(s: Step<'_>) {
     let w = s.w;
     let valid = s.z_valid && s.incoming.iter().all(Option::is_none) && s.z.len() == s.xs.len();
+    if s.sent_holds_first {
+        assert!(s.sent.as_ref().is_some_and(|(h, _)| h.len() == s.xs.len()), "no first message to write over");
+        return match s.incoming {
+            [Some(a), Some(b)] => step_shapes::<true>(s, a.iter().copied().zip(b.iter().copied()), |x, _| z_of(x, w)),
+            [Some(m), None] | [None, Some(m)] => {
+                step_shapes::<true>(s, m.iter().copied().zip(std::iter::repeat(0)), |x, _| z_of(x, w))
+            }
+            [None, None] => step_shapes::<true>(s, std::iter::repeat((0, 0)), |x, _| z_of(x, w)),
+        };
+    }
     match s.incoming {
-        [Some(a), Some(b)] => step_shapes(s, a.iter().copied().zip(b.iter().copied()), |x, _| z_of(x, w)),
+        [Some(a), Some(b)] => step_shapes::<false>(s, a.iter().copied().zip(b.iter().copied()), |x, _| z_of(x, w)),
         [Some(m), None] | [None, Some(m)] => {
-            step_shapes(s, m.iter().copied().zip(std::iter::repeat(0)), |x, _| z_of(x, w))
+            step_shapes::<false>(s, m.iter().copied().zip(std::iter::repeat(0)), |x, _| z_of(x, w))
         }
-        [None, None] if valid => step_shapes(s, std::iter::repeat((0, 0)), |_, z| z),
-        [None, None] => step_shapes(s, std::iter::repeat((0, 0)), |x, _| z_of(x, w)),
+        [None, None] if valid => step_shapes::<false>(s, std::iter::repeat((0, 0)), |_, z| z),
+        [None, None] => step_shapes::<false>(s, std::iter::repeat((0, 0)), |x, _| z_of(x, w)),
     }
 }
 
 /// The pass, with the two `incoming` halves added to each element of `x` first, one after the
 /// other (zeros where nothing came), and the model at `x` given by `model(x, z as it was)`.
+/// With `FIRST_IN_HALF`, the half's buffer holds a message added before those two.
 #[inline(always)]
-fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = (i64, i64)>, model: impl Fn(i64, f32) -> f32) {
+fn step_shapes<const FIRST_IN_HALF: bool>(
+    s: Step<'_>,
+    incoming: impl Iterator<Item = (i64, i64)>,
+    model: impl Fn(i64, f32) -> f32,
+) {
     let Step { xs, grad, rule, velocity, w, sent, z, .. } = s;
     let n = xs.len();
     sized(z, n);
     let (half, w_after) = match sent {
         Some((half, kept)) => {
-            sized(half, n);
+            if !FIRST_IN_HALF {
+                sized(half, n);
+            }
             (Some(half), kept)
         }
         None => (None, w),
     };
+    // Adding zero, where the half's buffer holds no message, is compiled away.
+    let first = |h: &i64| if FIRST_IN_HALF { *h } else { 0 };
     // Four loops for the four shapes, each branch-free inside, so that each vectorises.
     let update = |x: i64, s: f32, z0: f32| x.saturating_add(to_fixed(w * (s - z0) as f64));
     match (velocity, half) {
@@ -148,7 +176,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = (i64, i64)>, model: i
             for (((((x, m), g), v), h), z) in
                 xs.iter_mut().zip(incoming).zip(grad).zip(v.iter_mut()).zip(h.iter_mut()).zip(z.iter_mut())
             {
-                *x = x.saturating_add(m.0).saturating_add(m.1);
+                *x = x.saturating_add(first(h)).saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 let mut x1 = update(*x, rule.momentum(z0, *g, v), z0);
                 *h = split(&mut x1);
@@ -166,7 +194,7 @@ fn step_shapes(s: Step<'_>, incoming: impl Iterator<Item = (i64, i64)>, model: i
         }
         (None, Some(h)) => {
             for ((((x, m), g), h), z) in xs.iter_mut().zip(incoming).zip(grad).zip(h.iter_mut()).zip(z.iter_mut()) {
-                *x = x.saturating_add(m.0).saturating_add(m.1);
+                *x = x.saturating_add(first(h)).saturating_add(m.0).saturating_add(m.1);
                 let z0 = model(*x, *z);
                 let mut x1 = update(*x, rule.plain(z0, *g), z0);
                 *h = split(&mut x1);
@@ -259,7 +287,8 @@ mod tests {
             let mag = 2f64.powi((s % 70) as i32 - 5);
             let x = (s >> 11) as f64 / (1u64 << 53) as f64 * mag * if s & 1 == 0 { 1.0 } else { -1.0 };
             v.push(x);
-            v.push(x.trunc() + 0.5);
+            let half = x.trunc() + 0.5 * x.signum();
+            v.extend([half, half.next_up(), half.next_down()]);
         }
         for x in v {
             assert_eq!(round_to_i64(x), x.round() as i64, "{x:e}");
@@ -321,6 +350,7 @@ mod tests {
                     velocity,
                     w,
                     sent: kept.map(|k| (&mut half, k)),
+                    sent_holds_first: false,
                     z: &mut z,
                     z_valid: false,
                 }
@@ -336,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn two_messages_added_in_the_pass_give_the_bits_of_adding_them_one_after_the_other() {
+    fn messages_added_in_the_pass_give_the_bits_of_adding_them_one_after_the_other() {
         // Values near the ends of i64, where the order of two saturating additions shows.
         let n = 777;
         let top = i64::MAX - (1 << 20);
@@ -368,12 +398,78 @@ mod tests {
                 let (mut half, mut z) = (Vec::new(), Vec::new());
                 let (rule, velocity) = opt.take_step(1.0);
                 let sent = gossip.then_some((&mut half, 0.5));
-                Step { xs, incoming, grad: &grad, rule, velocity, w: 1.0, sent, z: &mut z, z_valid: false }.run();
+                let sent_holds_first = false;
+                Step {
+                    xs,
+                    incoming,
+                    grad: &grad,
+                    rule,
+                    velocity,
+                    w: 1.0,
+                    sent,
+                    sent_holds_first,
+                    z: &mut z,
+                    z_valid: false,
+                }
+                .run();
                 runs.push((half, z));
             }
             assert_eq!(one, two, "x, momentum {momentum}");
             assert_eq!(runs[0], runs[1], "the half sent and the next model");
             assert_eq!(oa.velocity(), ob.velocity());
+            if gossip {
+                // The first message's own buffer takes the half sent, written over it.
+                let mut oc = Sgd::new(cfg, n, 1);
+                let (mut three, mut half, mut z) = (xs0.clone(), a.clone(), Vec::new());
+                let (rule, velocity) = oc.take_step(1.0);
+                Step {
+                    xs: &mut three,
+                    incoming: [Some(&b[..]), None],
+                    grad: &grad,
+                    rule,
+                    velocity,
+                    w: 1.0,
+                    sent: Some((&mut half, 0.5)),
+                    sent_holds_first: true,
+                    z: &mut z,
+                    z_valid: false,
+                }
+                .run();
+                assert_eq!(three, two, "x, the half written over the first message");
+                assert_eq!((half, z), runs[1], "the half sent and the next model, written over the first message");
+                assert_eq!(oc.velocity(), ob.velocity());
+                // Three messages: the first in the half's buffer, two more in the pass; as
+                // adding the first two at once and the third in the pass.
+                let c: Vec<i64> = b.iter().rev().map(|v| v.wrapping_mul(3)).collect();
+                let mut outs = Vec::new();
+                for fused in [false, true] {
+                    let mut o = Sgd::new(cfg, n, 1);
+                    let (mut xs, mut z) = (xs0.clone(), Vec::new());
+                    let mut half = if fused { a.clone() } else { Vec::new() };
+                    if !fused {
+                        absorb(&mut xs, &a);
+                        absorb(&mut xs, &b);
+                    }
+                    let incoming = if fused { [Some(&b[..]), Some(&c[..])] } else { [Some(&c[..]), None] };
+                    let (rule, velocity) = o.take_step(1.0);
+                    let sent = Some((&mut half, 0.5));
+                    Step {
+                        xs: &mut xs,
+                        incoming,
+                        grad: &grad,
+                        rule,
+                        velocity,
+                        w: 1.0,
+                        sent,
+                        sent_holds_first: fused,
+                        z: &mut z,
+                        z_valid: false,
+                    }
+                    .run();
+                    outs.push((xs, half, z, o.velocity().to_vec()));
+                }
+                assert_eq!(outs[0], outs[1], "three messages in one pass");
+            }
         }
     }
 
@@ -390,8 +486,20 @@ mod tests {
         for round in 0..3 {
             for (xs, opt, z, valid) in [(&mut a, &mut oa, &mut za, false), (&mut b, &mut ob, &mut zb, round > 0)] {
                 let (rule, velocity) = opt.take_step(1.0);
-                Step { xs, incoming: [None, None], grad: &grad, rule, velocity, w, sent: None, z, z_valid: valid }
-                    .run();
+                let incoming = [None, None];
+                Step {
+                    xs,
+                    incoming,
+                    grad: &grad,
+                    rule,
+                    velocity,
+                    w,
+                    sent: None,
+                    sent_holds_first: false,
+                    z,
+                    z_valid: valid,
+                }
+                .run();
             }
             assert_eq!(a, b, "round {round}");
             assert_eq!(za, zb, "round {round}");
