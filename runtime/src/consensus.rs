@@ -87,9 +87,9 @@ pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threa
     let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
     let mean: Option<Vec<f64>> = (!live.is_empty()).then(|| mean_of(&live, dim, threads));
     let distance = mean.as_ref().map_or(0.0, |mean| {
-        let each =
-            by_item(live.clone(), threads, |v| v.iter().zip(mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>());
-        each.into_iter().sum::<f64>() / live.len() as f64
+        let groups: Vec<&[&Vec<f32>]> = live.chunks(DISTANCES_AT_ONCE).collect();
+        let each = by_item(groups, threads, |g| squared_distances(g, mean));
+        each.into_iter().flatten().sum::<f64>() / live.len() as f64
     });
     let model = if has_server {
         (covered == dim).then_some(server)
@@ -165,14 +165,46 @@ pub fn replica_losses(replicas: &[Option<Vec<f32>>], losses: impl FnOnce(&[&[f32
 /// computed replica by replica, so that each replica is read once in order instead of every
 /// replica being read an element at a time.
 /// Elements are independent, so the vector is cut into `threads` parts summed side by side.
+/// Replicas whose squared distances from the mean are summed side by side in one pass.
+const DISTANCES_AT_ONCE: usize = 4;
+
+/// Each replica's squared distance from `mean`, each summed element after element as
+/// `Iterator::sum` does (the same bits); four replicas are summed side by side, so that the four
+/// sums' additions overlap where one sum's must wait for each other (and the mean is read once
+/// for the four).
+fn squared_distances(group: &[&Vec<f32>], mean: &[f64]) -> Vec<f64> {
+    let one = |v: &[f32]| v.iter().zip(mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>();
+    match group {
+        [a, b, c, d] if [a, b, c, d].iter().all(|v| v.len() == mean.len()) => {
+            let neutral: f64 = std::iter::empty::<f64>().sum();
+            let mut s = [neutral; 4];
+            for ((((&m, &a), &b), &c), &d) in mean.iter().zip(a.iter()).zip(b.iter()).zip(c.iter()).zip(d.iter()) {
+                s[0] += (a as f64 - m).powi(2);
+                s[1] += (b as f64 - m).powi(2);
+                s[2] += (c as f64 - m).powi(2);
+                s[3] += (d as f64 - m).powi(2);
+            }
+            s.to_vec()
+        }
+        _ => group.iter().map(|v| one(v)).collect(),
+    }
+}
+
+/// Elements of the mean summed at a time over every replica (a block of the sums stays in the
+/// first-level cache while the replicas are added to it).
+const MEAN_BLOCK: usize = 1024;
+
 fn mean_of(live: &[&Vec<f32>], dim: usize, threads: usize) -> Vec<f64> {
     // `Sum for f64` folds from its own neutral element (-0.0 on recent toolchains): start there.
     let neutral: f64 = std::iter::empty::<f64>().sum();
     let mut acc = vec![neutral; dim];
+    // Each element's sum adds the replicas in their order, as one pass per replica would.
     let part = |from: usize, acc: &mut [f64]| {
-        let to = from + acc.len();
-        for v in live {
-            acc.iter_mut().zip(&v[from..to]).for_each(|(a, &x)| *a += x as f64);
+        for (k, block) in acc.chunks_mut(MEAN_BLOCK).enumerate() {
+            let (at, len) = (from + k * MEAN_BLOCK, block.len());
+            for v in live {
+                block.iter_mut().zip(&v[at..at + len]).for_each(|(a, &x)| *a += x as f64);
+            }
         }
     };
     if threads < 2 || dim < 2 {
@@ -255,6 +287,30 @@ mod tests {
             let fast: Vec<u64> = mean_of(&live, 50, threads).iter().map(|x| x.to_bits()).collect();
             assert_eq!(fast, by_element, "{threads} threads");
         }
+    }
+
+    #[test]
+    fn blocked_means_and_side_by_side_distances_have_the_bits_of_one_pass_each() {
+        // Three blocks of the mean and a part; two groups of four distances and one alone.
+        let dim = 2 * MEAN_BLOCK + 333;
+        let vs: Vec<Vec<f32>> = (0..9)
+            .map(|r| (0..dim).map(|i| ((r * 131 + i * 7) as f32).sin() * 10f32.powi((r as i32 % 7) - 3)).collect())
+            .collect();
+        let live: Vec<&Vec<f32>> = vs.iter().collect();
+        let mean = mean_of(&live, dim, 1);
+        let plain: Vec<f64> =
+            (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect();
+        assert_eq!(
+            mean.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            plain.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        let one_by_one: Vec<u64> = live
+            .iter()
+            .map(|v| v.iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>().to_bits())
+            .collect();
+        let grouped: Vec<u64> =
+            live.chunks(DISTANCES_AT_ONCE).flat_map(|g| squared_distances(g, &mean)).map(|d| d.to_bits()).collect();
+        assert_eq!(grouped, one_by_one);
     }
 
     #[test]
