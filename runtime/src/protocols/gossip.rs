@@ -227,15 +227,10 @@ impl GossipNode {
     fn z_fresh(&self) -> Vec<f32> {
         let w = self.w as f64 / W_ONE as f64;
         match self.pending.as_slice() {
-            [] => self.xs.iter().map(|&x| z_of(x, w)).collect(),
-            [a] => self.xs.iter().zip(a.iter()).map(|(&x, &a)| z_of(x.saturating_add(a), w)).collect(),
-            [a, b] => self
-                .xs
-                .iter()
-                .zip(a.iter().zip(b.iter()))
-                .map(|(&x, (&a, &b))| z_of(x.saturating_add(a).saturating_add(b), w))
-                .collect(),
-            _ => self.mass().0.iter().map(|&x| z_of(x, w)).collect(),
+            [] => push_sum::model_of(&self.xs, [None, None], w),
+            [a] => push_sum::model_of(&self.xs, [Some(a), None], w),
+            [a, b] => push_sum::model_of(&self.xs, [Some(a), Some(b)], w),
+            _ => push_sum::model_of(&self.mass().0, [None, None], w),
         }
     }
 

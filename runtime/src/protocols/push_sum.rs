@@ -222,6 +222,51 @@ fn sized<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
     }
 }
 
+/// The model `z = x / w` of `xs` with up to two messages added to it (in order, each addition
+/// saturating, as [`absorb`] would add them), without changing `xs`: the model an evaluation
+/// reads of a node with messages waiting.
+pub fn model_of(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64) -> Vec<f32> {
+    let mut z = vec![0.0; xs.len()];
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+        // SAFETY: the features this clone is compiled for were detected just now.
+        #[allow(unsafe_code)]
+        unsafe {
+            model_avx512(xs, messages, w, &mut z);
+        }
+        return z;
+    }
+    model_body(xs, messages, w, &mut z);
+    z
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+fn model_avx512(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64, z: &mut [f32]) {
+    model_body(xs, messages, w, z)
+}
+
+#[inline(always)]
+fn model_body(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64, z: &mut [f32]) {
+    match messages {
+        [Some(a), Some(b)] => {
+            for (((z, &x), &a), &b) in z.iter_mut().zip(xs).zip(a).zip(b) {
+                *z = z_of(x.saturating_add(a).saturating_add(b), w);
+            }
+        }
+        [Some(m), None] | [None, Some(m)] => {
+            for ((z, &x), &m) in z.iter_mut().zip(xs).zip(m) {
+                *z = z_of(x.saturating_add(m), w);
+            }
+        }
+        [None, None] => {
+            for (z, &x) in z.iter_mut().zip(xs) {
+                *z = z_of(x, w);
+            }
+        }
+    }
+}
+
 /// Adds pushed mass `from` to `xs`, saturating.
 pub fn absorb(xs: &mut [i64], from: &[i64]) {
     #[cfg(target_arch = "x86_64")]
@@ -471,6 +516,25 @@ mod tests {
                 assert_eq!(outs[0], outs[1], "three messages in one pass");
             }
         }
+    }
+
+    #[test]
+    fn the_model_of_a_node_with_messages_waiting_adds_them_in_order() {
+        let n = 1001;
+        let top = i64::MAX - (1 << 20);
+        let xs: Vec<i64> =
+            (0..n as i64).map(|i| if i % 4 == 0 { top - i } else { (i * 7919 % 2001 - 1000) << 26 }).collect();
+        let a: Vec<i64> = (0..n as i64).map(|i| (1 << 30) * (i % 9 - 4)).collect();
+        let b: Vec<i64> = (0..n as i64).map(|i| -(1 << 29) * (i % 5 - 2)).collect();
+        let w = 0.8125;
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        let expect = |f: &dyn Fn(usize) -> i64| bits((0..n).map(|i| z_of(f(i), w)).collect());
+        assert_eq!(bits(model_of(&xs, [None, None], w)), expect(&|i| xs[i]));
+        assert_eq!(bits(model_of(&xs, [Some(&a), None], w)), expect(&|i| xs[i].saturating_add(a[i])));
+        assert_eq!(
+            bits(model_of(&xs, [Some(&a), Some(&b)], w)),
+            expect(&|i| xs[i].saturating_add(a[i]).saturating_add(b[i]))
+        );
     }
 
     #[test]
