@@ -226,44 +226,32 @@ fn sized<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
 /// saturating, as [`absorb`] would add them), without changing `xs`: the model an evaluation
 /// reads of a node with messages waiting.
 pub fn model_of(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64) -> Vec<f32> {
-    let mut z = vec![0.0; xs.len()];
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
         // SAFETY: the features this clone is compiled for were detected just now.
         #[allow(unsafe_code)]
         unsafe {
-            model_avx512(xs, messages, w, &mut z);
+            return model_avx512(xs, messages, w);
         }
-        return z;
     }
-    model_body(xs, messages, w, &mut z);
-    z
+    model_body(xs, messages, w)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-fn model_avx512(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64, z: &mut [f32]) {
-    model_body(xs, messages, w, z)
+fn model_avx512(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64) -> Vec<f32> {
+    model_body(xs, messages, w)
 }
 
+/// Collected, not written into a zeroed vector: zeroing 400 kB costs a third of the pass.
 #[inline(always)]
-fn model_body(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64, z: &mut [f32]) {
+fn model_body(xs: &[i64], messages: [Option<&[i64]>; 2], w: f64) -> Vec<f32> {
     match messages {
         [Some(a), Some(b)] => {
-            for (((z, &x), &a), &b) in z.iter_mut().zip(xs).zip(a).zip(b) {
-                *z = z_of(x.saturating_add(a).saturating_add(b), w);
-            }
+            xs.iter().zip(a).zip(b).map(|((&x, &a), &b)| z_of(x.saturating_add(a).saturating_add(b), w)).collect()
         }
-        [Some(m), None] | [None, Some(m)] => {
-            for ((z, &x), &m) in z.iter_mut().zip(xs).zip(m) {
-                *z = z_of(x.saturating_add(m), w);
-            }
-        }
-        [None, None] => {
-            for (z, &x) in z.iter_mut().zip(xs) {
-                *z = z_of(x, w);
-            }
-        }
+        [Some(m), None] | [None, Some(m)] => xs.iter().zip(m).map(|(&x, &m)| z_of(x.saturating_add(m), w)).collect(),
+        [None, None] => xs.iter().map(|&x| z_of(x, w)).collect(),
     }
 }
 
