@@ -170,7 +170,11 @@ struct Transit<M> {
     payload: M,
 }
 
-enum Ev<M> {
+/// A message in transit: its index in [`Sim`]'s slab of them.
+#[derive(Clone, Copy)]
+struct InFlight(u32);
+
+enum Ev {
     Timer {
         node: u32,
         inc: u32,
@@ -182,11 +186,14 @@ enum Ev<M> {
         job: u64,
         started: SimTime,
     },
-    Hop(Transit<M>),
-    Deliver(Transit<M>),
+    // A message's events name it in `Sim::transits`: a pending event takes a slot of the queue
+    // sized for the largest variant, and a message in transit (104 bytes with a gossip payload)
+    // in every slot made each pending timer (16 bytes of its own) cost as much.
+    Hop(InFlight),
+    Deliver(InFlight),
     /// A delivered message whose receive time on its node's host has passed.
-    Received(Transit<M>),
-    Resend(Transit<M>),
+    Received(InFlight),
+    Resend(InFlight),
     Crash {
         node: u32,
         random: bool,
@@ -213,7 +220,9 @@ struct NodeState {
 
 /// The simulation of one cluster.
 pub struct Sim<M> {
-    queue: EventQueue<Ev<M>>,
+    queue: EventQueue<Ev>,
+    /// The messages in transit, each named by the one pending event that moves it on.
+    transits: slab::Slab<Transit<M>>,
     nodes: Vec<NodeState>,
     net: Network,
     compute: ComputeModel,
@@ -244,6 +253,7 @@ impl<M> Sim<M> {
         let streams = Streams::new(cfg.seed);
         let mut sim = Sim {
             queue: EventQueue::with_capacity(4 * n),
+            transits: slab::Slab::with_capacity(n),
             nodes: vec![NodeState { up: true, inc: 0, compute_free: SimTime::ZERO, receive_free: SimTime::ZERO }; n],
             net: Network::new(&cfg.network, n)?,
             compute: ComputeModel::new(&cfg.compute, n, &streams)?,
@@ -301,8 +311,23 @@ impl<M> Sim<M> {
         SimDuration::from_secs_f64(d.sample(&mut self.fault_rngs[node]))
     }
 
-    fn push(&mut self, at: SimTime, ev: Ev<M>) -> Result<EventKey> {
+    fn push(&mut self, at: SimTime, ev: Ev) -> Result<EventKey> {
         self.queue.schedule(at, ev)
+    }
+
+    /// Schedules the next event of a message in transit (`stage` names which).
+    fn push_transit(&mut self, at: SimTime, stage: fn(InFlight) -> Ev, tr: Transit<M>) -> Result<EventKey> {
+        let id = InFlight(u32::try_from(self.transits.insert(tr)).expect("fewer than 2^32 messages in transit"));
+        let key = self.push(at, stage(id));
+        if key.is_err() {
+            self.transits.remove(id.0 as usize);
+        }
+        key
+    }
+
+    /// Takes a message out of transit as its event pops.
+    fn take_transit(&mut self, id: InFlight) -> Transit<M> {
+        self.transits.remove(id.0 as usize)
     }
 
     #[inline]
@@ -367,7 +392,8 @@ impl<M> Sim<M> {
         let mut b =
             Backlog { events: self.queue.len(), growth_bytes: self.pending_growth_bytes(), ..Backlog::default() };
         for (_, ev) in self.queue.pending() {
-            if let Ev::Hop(tr) | Ev::Deliver(tr) | Ev::Received(tr) | Ev::Resend(tr) = ev {
+            if let Ev::Hop(id) | Ev::Deliver(id) | Ev::Received(id) | Ev::Resend(id) = ev {
+                let tr = &self.transits[id.0 as usize];
                 b.messages += 1;
                 b.wire_bytes += tr.bytes;
                 let e = per_sender.entry(tr.from).or_default();
@@ -395,7 +421,14 @@ impl<M> Sim<M> {
     /// Bytes the event queue will allocate at once when it next grows, once it is nearly full
     /// (see [`EventQueue::pending_growth_bytes`]); 0 otherwise.
     pub fn pending_growth_bytes(&self) -> u64 {
-        self.queue.pending_growth_bytes()
+        // The slab of messages in transit doubles too, when every entry it has is taken.
+        let (len, cap) = (self.transits.len(), self.transits.capacity());
+        let transits = if len > 0 && len * 16 >= cap * 15 {
+            (2 * cap.max(4) * (std::mem::size_of::<Transit<M>>() + 8)) as u64
+        } else {
+            0
+        };
+        self.queue.pending_growth_bytes() + transits
     }
     /// The recorded trace (if tracing is on).
     pub fn trace(&self) -> Option<&Trace> {
@@ -435,10 +468,10 @@ impl<M> Sim<M> {
         match self.net.begin(now, tr.from as usize, tr.to as usize, tr.bytes) {
             Next::Hop(at, p) => {
                 tr.progress = p;
-                self.push(at, Ev::Hop(tr))?;
+                self.push_transit(at, Ev::Hop, tr)?;
             }
             Next::Deliver(at) => {
-                self.push(at, Ev::Deliver(tr))?;
+                self.push_transit(at, Ev::Deliver, tr)?;
             }
         }
         Ok(())
@@ -552,7 +585,7 @@ impl<M> Sim<M> {
     }
 
     /// Handles one event popped at `now`; `Some` when a protocol must see it.
-    fn process(&mut self, now: SimTime, key: EventKey, ev: Ev<M>) -> Option<Occurrence<M>> {
+    fn process(&mut self, now: SimTime, key: EventKey, ev: Ev) -> Option<Occurrence<M>> {
         match ev {
             Ev::Timer { node, inc, tag } => {
                 if self.stale(node, inc, now) {
@@ -568,12 +601,17 @@ impl<M> Sim<M> {
                 self.record(now, started, EventKind::Compute, node, NO_PEER, job);
                 Some(Occurrence::ComputeDone { node: node as usize, job: JobId(job), started })
             }
-            Ev::Hop(tr) => {
+            Ev::Hop(id) => {
+                let tr = self.take_transit(id);
                 self.hop(now, tr);
                 None
             }
-            Ev::Deliver(tr) => self.deliver(now, tr),
-            Ev::Received(tr) => {
+            Ev::Deliver(id) => {
+                let tr = self.take_transit(id);
+                self.deliver(now, tr)
+            }
+            Ev::Received(id) => {
+                let tr = self.take_transit(id);
                 let to = tr.to as usize;
                 // A node that crashed while the message waited never handles it.
                 let up = self.nodes[to].up && self.nodes[to].inc == tr.dst_inc;
@@ -582,7 +620,8 @@ impl<M> Sim<M> {
                 }
                 self.hand_over(now, if up { EventKind::Deliver } else { EventKind::DropCrash }, tr)
             }
-            Ev::Resend(tr) => {
+            Ev::Resend(id) => {
+                let tr = self.take_transit(id);
                 self.resend(now, tr);
                 None
             }
@@ -602,10 +641,10 @@ impl<M> Sim<M> {
         match self.net.advance(now, tr.from as usize, tr.to as usize, tr.bytes, tr.progress) {
             Next::Hop(at, p) => {
                 tr.progress = p;
-                self.push(at, Ev::Hop(tr)).expect("hops move forward in time");
+                self.push_transit(at, Ev::Hop, tr).expect("hops move forward in time");
             }
             Next::Deliver(at) => {
-                self.push(at, Ev::Deliver(tr)).expect("deliveries move forward in time");
+                self.push_transit(at, Ev::Deliver, tr).expect("deliveries move forward in time");
             }
         }
     }
@@ -623,7 +662,7 @@ impl<M> Sim<M> {
             self.stats.retransmission_wait = self.stats.retransmission_wait + (at - tr.attempt_at);
             self.record(now, tr.attempt_at, EventKind::Retransmit, tr.to, tr.from, tr.bytes);
             tr.attempt += 1;
-            self.push(at, Ev::Resend(tr)).expect("retransmissions move forward in time");
+            self.push_transit(at, Ev::Resend, tr).expect("retransmissions move forward in time");
             return None;
         }
         let kind = if tr.lost {
@@ -643,7 +682,7 @@ impl<M> Sim<M> {
                 // The host handles one received message after another.
                 let at = now.max(self.nodes[to].receive_free) + t;
                 self.nodes[to].receive_free = at;
-                self.push(at, Ev::Received(tr)).expect("handling moves forward in time");
+                self.push_transit(at, Ev::Received, tr).expect("handling moves forward in time");
                 return None;
             }
         }
