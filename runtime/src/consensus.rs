@@ -160,11 +160,6 @@ pub fn replica_losses(replicas: &[Option<Vec<f32>>], losses: impl FnOnce(&[&[f32
     first.iter().map(|f| f.map(|j| at[&j])).collect()
 }
 
-/// The element-wise mean of `live` (non-empty, each of `dim`), each element summed over the
-/// replicas in order in f64: the bits of `live.iter().map(|v| v[i] as f64).sum::<f64>() / n`,
-/// computed replica by replica, so that each replica is read once in order instead of every
-/// replica being read an element at a time.
-/// Elements are independent, so the vector is cut into `threads` parts summed side by side.
 /// Replicas whose squared distances from the mean are summed side by side in one pass.
 const DISTANCES_AT_ONCE: usize = 4;
 
@@ -194,6 +189,11 @@ fn squared_distances(group: &[&Vec<f32>], mean: &[f64]) -> Vec<f64> {
 /// first-level cache while the replicas are added to it).
 const MEAN_BLOCK: usize = 1024;
 
+/// The element-wise mean of `live` (non-empty, each of `dim`), each element summed over the
+/// replicas in order in f64: the bits of `live.iter().map(|v| v[i] as f64).sum::<f64>() / n`,
+/// computed a block of elements at a time, replica after replica, so that each replica is read
+/// once in order instead of every replica being read an element at a time.
+/// Elements are independent, so the vector is cut into `threads` parts summed side by side.
 fn mean_of(live: &[&Vec<f32>], dim: usize, threads: usize) -> Vec<f64> {
     // `Sum for f64` folds from its own neutral element (-0.0 on recent toolchains): start there.
     let neutral: f64 = std::iter::empty::<f64>().sum();

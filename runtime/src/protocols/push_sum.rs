@@ -85,8 +85,9 @@ pub struct Step<'a> {
     /// Gossip: the half of `x` sent (filled), and the weight kept, in units.
     pub sent: Option<(&'a mut Vec<i64>, f64)>,
     /// The buffer of `sent` holds, coming in, the first message waiting (added before those in
-    /// `incoming`, so up to three are added in the pass), and the half is written over it: the half's lines are then in cache when
-    /// written, where a fresh buffer's would each be read from memory first.
+    /// `incoming`, so up to three are added in the pass), and the half is written over it: the
+    /// half's lines are then in cache when written, where a fresh buffer's would each be read
+    /// from memory first.
     pub sent_holds_first: bool,
     /// The model `z = x / w` after the step (and the split), filled for the next gradient.
     /// Coming in, it may hold the model of `x` and `w` as they are (see `z_valid`).
