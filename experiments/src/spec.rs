@@ -18,8 +18,8 @@ use dsgd_runtime::timing::GradientTiming;
 pub use dsgd_runtime::train::EvalConfig;
 use dsgd_runtime::train::{StopRule, TrainConfig};
 pub use dsgd_sim::spec::{
-    ComputeSpec, FaultSpec, ModeSpec, NetworkSpec, NicSpec, SlowdownSpec, StepTimes, StragglerSpec, TopologySpec,
-    TransportSpec, DEFAULT_RTO_MS,
+    ComputeSpec, FaultSpec, ModeSpec, NetworkSpec, NicSpec, SlowdownSpec, StepTimes, StragglerSpec, TokenBucketSpec,
+    TopologySpec, TransportSpec, DEFAULT_RTO_MS,
 };
 use dsgd_sim::SimConfig;
 use serde::{Deserialize, Serialize};

@@ -31,7 +31,7 @@ pub use digest::Digest;
 pub use engine::{JobId, Occurrence, Sim, SimConfig, SimStats, TimerId};
 pub use error::{Result, SimError, STALL_EVENTS};
 pub use faults::{Fault, FaultConfig, RandomFailures};
-pub use net::{NetMode, NetworkConfig, NicOverride, Topology, Transport};
+pub use net::{NetMode, NetworkConfig, NicOverride, TokenBucket, Topology, Transport};
 pub use rng::{StreamRng, Streams};
 pub use time::{Bandwidth, SimDuration, SimTime};
 pub use trace::{EventKind, Trace, TraceRecord};

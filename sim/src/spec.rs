@@ -12,7 +12,7 @@
 use crate::compute::{ComputeConfig, Jitter, Slowdown};
 use crate::error::{FieldPath, Result, SimError};
 use crate::faults::{Fault, FaultConfig, RandomFailures};
-use crate::net::{NetMode, NetworkConfig, NicOverride, Topology, Transport};
+use crate::net::{NetMode, NetworkConfig, NicOverride, TokenBucket, Topology, Transport};
 use crate::time::{Bandwidth, SimDuration, SimTime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -137,6 +137,24 @@ pub struct NetworkSpec {
     /// [`DEFAULT_RTO_MS`], TCP's minimum on Linux).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rto_ms: Option<f64>,
+    /// A token bucket on every link (absent: none, as before it existed, so older specs keep
+    /// their form and hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_bucket: Option<TokenBucketSpec>,
+}
+
+/// A token bucket shaping every link (each NIC both ways, each rack uplink and downlink), as
+/// Linux's `tbf` shapes an emulated NIC or a cloud provider a VM's: tokens accrue at the link's
+/// bandwidth up to `depth_kb`; while a link has tokens it sends at `peak_gbps`, and once they
+/// are spent, at its bandwidth. A message of S bytes alone on a link with a full bucket of T
+/// bytes takes S/P while S ≤ T·P/(P−B), else T/(P−B) + (S − T·P/(P−B))/B, which is (S − T)/B.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucketSpec {
+    /// The bucket's depth, kilobytes (1,000 bytes).
+    pub depth_kb: f64,
+    /// The rate while tokens last, gigabits per second: above every link's bandwidth.
+    pub peak_gbps: f64,
 }
 
 impl Default for NetworkSpec {
@@ -149,6 +167,7 @@ impl Default for NetworkSpec {
             mode: ModeSpec::Contention,
             transport: None,
             rto_ms: None,
+            token_bucket: None,
         }
     }
 }
@@ -193,6 +212,14 @@ pub enum TopologySpec {
 }
 
 impl TopologySpec {
+    /// The racks' uplink bandwidth, for a racks topology.
+    pub fn uplink_gbps(&self) -> Option<f64> {
+        match *self {
+            TopologySpec::Racks { uplink_gbps, .. } => Some(uplink_gbps),
+            TopologySpec::Flat => None,
+        }
+    }
+
     /// Ranks per rack, for a racks topology.
     pub fn rack_size(&self) -> Option<usize> {
         match *self {
@@ -242,6 +269,41 @@ impl NetworkSpec {
             non_negative("topology.core_latency_us", core_latency_us)?;
             duration("topology.core_latency_us", core_latency_us / 1e6, 0.0, "")?;
         }
+        if let Some(b) = self.token_bucket {
+            self.check_bucket(b)?;
+        }
+        Ok(())
+    }
+
+    /// The token bucket: a depth of at least a byte, and a peak above every link's bandwidth,
+    /// on the contention model (the analytic one keeps no link state).
+    fn check_bucket(&self, b: TokenBucketSpec) -> Result<()> {
+        positive("token_bucket.depth_kb", b.depth_kb)?;
+        if !(1e-3..=1e9).contains(&b.depth_kb) {
+            return bad(
+                "token_bucket.depth_kb",
+                format!("is {}; must be between 1e-3 (a byte) and 1e9 (a terabyte)", num(b.depth_kb)),
+            );
+        }
+        gbps("token_bucket.peak_gbps", b.peak_gbps)?;
+        let links = [Some(self.bandwidth_gbps), self.topology.uplink_gbps()];
+        let fastest = links.into_iter().flatten().chain(self.per_node.values().filter_map(|o| o.bandwidth_gbps));
+        if let Some(top) = fastest.filter(|&l| l >= b.peak_gbps).reduce(f64::max) {
+            return bad(
+                "token_bucket.peak_gbps",
+                format!(
+                    "is {}; must be above every link's bandwidth, and a link has {} Gbit/s",
+                    num(b.peak_gbps),
+                    num(top)
+                ),
+            );
+        }
+        if self.mode == ModeSpec::Analytic {
+            return bad(
+                "token_bucket",
+                "needs mode `contention`: the analytic model keeps no link state to hold tokens",
+            );
+        }
         Ok(())
     }
 
@@ -277,6 +339,10 @@ impl NetworkSpec {
                 ModeSpec::Contention => NetMode::Contention,
                 ModeSpec::Analytic => NetMode::Analytic,
             },
+            token_bucket: self.token_bucket.map(|b| TokenBucket {
+                depth_bytes: (b.depth_kb * 1e3).round() as u64,
+                peak: Bandwidth::from_gbps(b.peak_gbps),
+            }),
         }
     }
 }
@@ -615,6 +681,40 @@ mod tests {
             field(validate_faults(&two, 4).map_err(|e| e.under("faults"))),
             "faults: at most one `random` entry is allowed"
         );
+    }
+
+    #[test]
+    fn a_token_bucket_is_checked_and_becomes_the_engines_bytes_and_rate() {
+        let bucket = |depth_kb, peak_gbps| NetworkSpec {
+            bandwidth_gbps: 1.0,
+            token_bucket: Some(TokenBucketSpec { depth_kb, peak_gbps }),
+            ..Default::default()
+        };
+        let ok = bucket(125.0, 10.0);
+        assert!(ok.validate(4).is_ok());
+        assert_eq!(
+            ok.config().token_bucket,
+            Some(TokenBucket { depth_bytes: 125_000, peak: Bandwidth::from_gbps(10.0) })
+        );
+        assert_eq!(NetworkSpec::default().config().token_bucket, None);
+        assert_eq!(field(bucket(0.0, 10.0).validate(4)), "token_bucket.depth_kb: is 0; must be a positive number");
+        assert_eq!(
+            field(bucket(125.0, 1.0).validate(4)),
+            "token_bucket.peak_gbps: is 1; must be above every link's bandwidth, and a link has 1 Gbit/s"
+        );
+        let mut fast = bucket(125.0, 10.0);
+        fast.per_node.insert(2, NicSpec { latency_us: None, bandwidth_gbps: Some(40.0) });
+        assert_eq!(
+            field(fast.validate(4)),
+            "token_bucket.peak_gbps: is 10; must be above every link's bandwidth, and a link has 40 Gbit/s"
+        );
+        let analytic = NetworkSpec { mode: ModeSpec::Analytic, ..bucket(125.0, 10.0) };
+        assert_eq!(
+            field(analytic.validate(4)),
+            "token_bucket: needs mode `contention`: the analytic model keeps no link state to hold tokens"
+        );
+        // Left out of a spec without one, so that older specs keep their form and hash.
+        assert!(!serde_json::to_string(&NetworkSpec::default()).unwrap().contains("token_bucket"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Closed-form checks of the network model: idle links, fan-in, fan-out, rings, racks, analytic mode.
 
 use dsgd_sim::{
-    Bandwidth, NetMode, NetworkConfig, NicOverride, Occurrence, Sim, SimConfig, SimDuration, SimTime, Topology,
+    Bandwidth, NetMode, NetworkConfig, NicOverride, Occurrence, Sim, SimConfig, SimDuration, SimTime, TokenBucket,
+    Topology,
 };
 
 const S: u64 = 1_000_000; // 1 MB
@@ -311,4 +312,81 @@ fn a_backlog_spread_over_many_senders_is_named_so_and_the_queues_next_growth_cou
     }
     assert!(sim.pending_growth_bytes() > 0 && sim.pending_growth_bytes() < 1 << 30, "{filled}");
     assert!(sim.backlog().describe().contains("the event queue would next take"));
+}
+
+/// 1 Gbit/s links with a 125 kB bucket that sends at 10 Gbit/s while it has tokens.
+fn shaped() -> NetworkConfig {
+    NetworkConfig {
+        latency: LAT,
+        bandwidth: Bandwidth::from_gbps(1.0),
+        token_bucket: Some(TokenBucket { depth_bytes: 125_000, peak: Bandwidth::from_gbps(10.0) }),
+        ..Default::default()
+    }
+}
+
+/// A message of `bytes` on a 1 Gbit/s link whose bucket holds `tokens` at its start, peak 10 Gbit/s:
+/// S/P while S ≤ T·P/(P−B), else (S − T)/B; nanoseconds.
+fn bucket_ns(bytes: f64, tokens: f64) -> u64 {
+    let (b, p) = (0.125, 1.25); // bytes a nanosecond
+    let at_peak = tokens * p / (p - b);
+    (if bytes <= at_peak { bytes / p } else { (bytes - tokens) / b }).round() as u64
+}
+
+#[test]
+fn a_token_bucket_sends_at_its_peak_while_tokens_last_then_at_the_bandwidth() {
+    // Within the bucket: latency + S/P, through both the sender's and the receiver's bucket.
+    for bytes in [1_000u64, 50_000, 125_000, 138_888] {
+        let mut sim = cluster(2, shaped());
+        sim.send(0, 1, bytes, 0).unwrap();
+        let d = deliveries(&mut sim);
+        assert_eq!(d[0].0, SimTime::ZERO + LAT + SimDuration(bucket_ns(bytes as f64, 125_000.0)), "{bytes} B");
+        assert_eq!(bucket_ns(bytes as f64, 125_000.0), (bytes as f64 / 1.25).round() as u64);
+    }
+    // Beyond it: latency + (S − T)/B. 1 MB: 7 ms at 1 Gbit/s, where 8 ms without the bucket.
+    let mut sim = cluster(2, shaped());
+    sim.send(0, 1, S, 0).unwrap();
+    assert_eq!(deliveries(&mut sim)[0].0, SimTime::ZERO + LAT + SimDuration::from_micros(7_000));
+}
+
+#[test]
+fn a_stream_drains_the_bucket_and_an_idle_link_fills_it_again() {
+    // Ten 100 kB messages back to back: the first goes at the peak, and the stream ends where a
+    // 1 Gbit/s link that started with 125 kB of credit ends it: (10·100 kB − 125 kB)/B.
+    let mut sim = cluster(2, shaped());
+    for i in 0..10 {
+        sim.send(0, 1, 100_000, i).unwrap();
+    }
+    let d = deliveries(&mut sim);
+    assert_eq!(d[0].0, SimTime::ZERO + LAT + SimDuration(80_000));
+    assert_eq!(d[9].0, SimTime::ZERO + LAT + SimDuration(7_000_000));
+    // Each message after the bucket ran dry takes S/B.
+    assert_eq!(d[9].0 - d[8].0, SimDuration(800_000));
+    // A millisecond after the stream (125 kB at 1 Gbit/s) both buckets are full again, and the
+    // next message goes at the peak.
+    let quiet = d[9].0 + SimDuration::from_micros(1_000);
+    sim.advance_to(quiet).unwrap();
+    sim.send(0, 1, 100_000, 10).unwrap();
+    let d = deliveries(&mut sim);
+    assert_eq!(d[0].0, quiet + LAT + SimDuration(80_000));
+    // That message spent 100 kB and got 10 kB back in its 80 µs: 35 kB are left in each bucket.
+    // Sent 200 µs after it arrived, the next 100 kB finds 35 kB + 205 µs of refill = 60.625 kB in
+    // each (the sender's bucket was last used a latency earlier, and the receiver's is reached a
+    // latency later), so it takes (100 kB − 60.625 kB)/B = 315 µs.
+    let later = d[0].0 + SimDuration::from_micros(200);
+    sim.advance_to(later).unwrap();
+    sim.send(0, 1, 100_000, 11).unwrap();
+    assert_eq!(bucket_ns(100_000.0, 60_625.0), 315_000);
+    assert_eq!(deliveries(&mut sim)[0].0, later + LAT + SimDuration(315_000));
+}
+
+#[test]
+fn without_a_token_bucket_a_link_is_what_it_was() {
+    // The same stream on links without a bucket: every message at S/B, as before the bucket.
+    let mut sim = cluster(2, NetworkConfig { token_bucket: None, ..shaped() });
+    for i in 0..3 {
+        sim.send(0, 1, 100_000, i).unwrap();
+    }
+    let times: Vec<SimTime> = deliveries(&mut sim).iter().map(|x| x.0).collect();
+    let b = Bandwidth::from_gbps(1.0).transfer_time(100_000);
+    assert_eq!(times, (1..=3).map(|k| SimTime::ZERO + LAT + SimDuration(k * b.0)).collect::<Vec<_>>());
 }

@@ -6,7 +6,8 @@
 //! tail leaves the link at `max(start + S/B_link, tail leaving the previous link)`: a fast link
 //! cannot outrun a slow one upstream. The message is delivered when its tail leaves the last
 //! link. Alone on an idle network this gives `latency + S/B`; k senders into one receiver finish
-//! at `latency + k·S/B`.
+//! at `latency + k·S/B`. A link with a token bucket sends at its peak while it has tokens (see
+//! [`super::TokenBucket`]).
 //!
 //! Head arrivals are normally events (the engine calls [`advance`] at their time), so links
 //! serve heads in arrival order. As an exact shortcut, a link is reserved without an event when
@@ -22,10 +23,7 @@ use crate::time::SimTime;
 pub fn begin(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64) -> Next {
     let (path, len) = net.path(from, to);
     let latency = net.latency(from, to);
-    let link = net.link_mut(path[0]);
-    let start = now.max(link.free_at);
-    let tail = start + link.now.transfer_time(bytes);
-    link.free_at = tail;
+    let (start, tail) = net.occupy(path[0], now, bytes, SimTime::ZERO);
     let head = start + latency;
     let p = Progress { hop: 1, tail: tail + latency };
     if head <= now + net.min_latency() && net.pending(path[1]) == 0 {
@@ -46,10 +44,7 @@ pub fn advance(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u
 /// links for as long as it reaches them at `head` with nothing pending there.
 fn walk(net: &mut Network, head: SimTime, path: &[LinkId], bytes: u64, mut p: Progress) -> Next {
     loop {
-        let link = net.link_mut(path[p.hop as usize]);
-        let start = head.max(link.free_at);
-        let tail = (start + link.now.transfer_time(bytes)).max(p.tail);
-        link.free_at = tail;
+        let (start, tail) = net.occupy(path[p.hop as usize], head, bytes, p.tail);
         p = Progress { hop: p.hop + 1, tail };
         let Some(&next) = path.get(p.hop as usize) else { return Next::Deliver(tail) };
         if start != head || net.pending(next) != 0 {

@@ -1,7 +1,7 @@
 //! The network: NICs, topologies and the two transfer models (contended FIFO links, analytic).
 //!
 //! Every node has a full-duplex NIC: an egress link and an ingress link, each a FIFO queue at the
-//! node's bandwidth. A message's path is a list of links (see [`flat`] and [`racks`]); the
+//! node's bandwidth, optionally shaped by a token bucket ([`TokenBucket`]). A message's path is a list of links (see [`flat`] and [`racks`]); the
 //! [`contention`] model moves it through them cut-through, the [`analytic`] model charges
 //! `latency + S/B` and ignores other traffic. This module owns link state only: it never touches
 //! the event queue; the engine schedules the times it returns.
@@ -80,6 +80,63 @@ pub struct NetworkConfig {
     pub mode: NetMode,
     /// What happens to messages lost at random (default [`Transport::Datagram`]).
     pub transport: Transport,
+    /// A token bucket on every link (default none).
+    pub token_bucket: Option<TokenBucket>,
+}
+
+/// A token bucket on a link: tokens accrue at the link's bandwidth up to `depth_bytes`; while
+/// there are tokens the link sends at `peak`, then at its bandwidth. A link starts full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// The bucket's depth, bytes.
+    pub depth_bytes: u64,
+    /// The rate while tokens last (above the link's bandwidth).
+    pub peak: Bandwidth,
+}
+
+/// A link's token bucket and its tokens.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    depth: f64,
+    /// The peak rate, nominal and now (scaled with the link's bandwidth when degraded).
+    peak_base: Bandwidth,
+    peak: Bandwidth,
+    /// Tokens (bytes) at `at`.
+    tokens: f64,
+    at: SimTime,
+}
+
+impl Bucket {
+    /// Tokens at `t` (after `at`), refilled at `rate` bytes a nanosecond.
+    fn tokens_at(&self, t: SimTime, rate: f64) -> f64 {
+        (self.tokens + rate * t.saturating_since(self.at).0 as f64).min(self.depth)
+    }
+
+    /// How long `bytes` take from `start`, at the peak while tokens last, then at `bandwidth`.
+    fn duration(&self, start: SimTime, bytes: u64, bandwidth: Bandwidth) -> SimDuration {
+        let (r, p) = (bytes_per_ns(bandwidth), bytes_per_ns(self.peak));
+        if p <= r {
+            return bandwidth.transfer_time(bytes);
+        }
+        let t = self.tokens_at(start, r);
+        let b = bytes as f64;
+        // Bytes sent at the peak before the tokens run out, refilling meanwhile.
+        let at_peak = t * p / (p - r);
+        let ns = if b <= at_peak { b / p } else { t / (p - r) + (b - at_peak) / r };
+        SimDuration(ns.round() as u64)
+    }
+
+    /// Spends the tokens of `bytes` sent from `start` until `tail`.
+    fn spend(&mut self, start: SimTime, tail: SimTime, bytes: u64, bandwidth: Bandwidth) {
+        let r = bytes_per_ns(bandwidth);
+        let t = self.tokens_at(start, r);
+        self.tokens = (t + r * tail.saturating_since(start).0 as f64 - bytes as f64).clamp(0.0, self.depth);
+        self.at = tail;
+    }
+}
+
+fn bytes_per_ns(b: Bandwidth) -> f64 {
+    b.bytes_per_sec() / 1e9
 }
 
 impl Default for NetworkConfig {
@@ -92,6 +149,7 @@ impl Default for NetworkConfig {
             topology: Topology::Flat,
             mode: NetMode::Contention,
             transport: Transport::Datagram,
+            token_bucket: None,
         }
     }
 }
@@ -137,6 +195,8 @@ pub struct Network {
     links: Vec<Link>,
     /// Heads scheduled to reach each link (events not yet processed).
     pending: Vec<u32>,
+    /// Each link's token bucket, when the links have one.
+    buckets: Vec<Bucket>,
     nodes: usize,
 }
 
@@ -179,7 +239,24 @@ impl Network {
         }
         let min_latency = latency.iter().copied().min().unwrap_or(SimDuration::ZERO);
         let pending = vec![0; links.len()];
-        Ok(Network { mode: cfg.mode, topology: cfg.topology.clone(), latency, min_latency, links, pending, nodes })
+        let buckets = match cfg.token_bucket {
+            Some(b) => {
+                let depth = b.depth_bytes as f64;
+                let full = Bucket { depth, peak_base: b.peak, peak: b.peak, tokens: depth, at: SimTime::ZERO };
+                vec![full; links.len()]
+            }
+            None => Vec::new(),
+        };
+        Ok(Network {
+            mode: cfg.mode,
+            topology: cfg.topology.clone(),
+            latency,
+            min_latency,
+            links,
+            pending,
+            buckets,
+            nodes,
+        })
     }
 
     /// Number of nodes.
@@ -224,13 +301,40 @@ impl Network {
         contention::advance(self, now, from, to, bytes, p)
     }
 
-    /// Scales the current bandwidth of a node's NIC (both directions) to `factor` of nominal.
-    /// Transfers already reserved keep their times; later ones see the new speed.
+    /// Scales the current bandwidth of a node's NIC (both directions) to `factor` of nominal
+    /// (and a token bucket's peak with it). Transfers already reserved keep their times; later
+    /// ones see the new speed.
     pub fn set_nic_factor(&mut self, node: usize, factor: f64) {
         for l in [2 * node, 2 * node + 1] {
             let link = &mut self.links[l];
             link.now = link.base.scaled(factor);
+            if let Some(b) = self.buckets.get_mut(l) {
+                b.peak = b.peak_base.scaled(factor);
+            }
         }
+    }
+
+    /// Reserves link `id` for `bytes` whose head reaches it at `start` (when it is free) and
+    /// whose tail left the link before at `upstream_tail`: the link's transfer time (through its
+    /// token bucket, if it has one), no earlier than the upstream tail. Returns (start, tail).
+    pub(crate) fn occupy(
+        &mut self,
+        id: LinkId,
+        head: SimTime,
+        bytes: u64,
+        upstream_tail: SimTime,
+    ) -> (SimTime, SimTime) {
+        let link = &mut self.links[id as usize];
+        let start = head.max(link.free_at);
+        let Some(bucket) = self.buckets.get_mut(id as usize) else {
+            let tail = (start + link.now.transfer_time(bytes)).max(upstream_tail);
+            link.free_at = tail;
+            return (start, tail);
+        };
+        let tail = (start + bucket.duration(start, bytes, link.now)).max(upstream_tail);
+        bucket.spend(start, tail, bytes, link.now);
+        link.free_at = tail;
+        (start, tail)
     }
 
     pub(crate) fn min_latency(&self) -> SimDuration {
@@ -241,9 +345,6 @@ impl Network {
     }
     pub(crate) fn pending_mut(&mut self, id: LinkId) -> &mut u32 {
         &mut self.pending[id as usize]
-    }
-    pub(crate) fn link_mut(&mut self, id: LinkId) -> &mut Link {
-        &mut self.links[id as usize]
     }
     pub(crate) fn link(&self, id: LinkId) -> &Link {
         &self.links[id as usize]
