@@ -35,6 +35,8 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let world = universe.world();
     let dest = a.out.unwrap_or_else(|| PathBuf::from(format!("runs/{}-real", spec.name)));
     if world.rank() == 0 && dest.exists() {
+        // Said before aborting: MPI_ABORT's own message does not say why.
+        eprintln!("error: {} already exists; choose another --out (nothing was run)", dest.display());
         world.abort(2);
     }
     if let Some(s) = real::real(&world, &spec, &dest)? {
