@@ -2,15 +2,15 @@
 //! check, injected faults, timers, finished gradients, messages, the stopping rule), then the
 //! drain before leaving and the rank's report.
 
+use super::inbox::Inbox;
 use super::rank::{GradDone, Rank};
 use super::report::{OwnedView, Report};
-use super::{decode, encode, try_receive, RealConfig, RealCrash, DATA, DONE, STOP};
+use super::{decode, encode, RealConfig, RealCrash, DATA, DONE, STOP};
 use crate::order::{Handled, Namer};
 use crate::outcome::StopReason;
 use crate::protocol::Protocol;
 use crate::train::TrainConfig;
 use dsgd_sim::{SimDuration, SimTime};
-use mpi::topology::SimpleCommunicator;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::mpsc;
@@ -40,11 +40,15 @@ pub(super) struct Loop<P: Protocol> {
     /// Ranks that announced their last message.
     done_from: Vec<bool>,
     done_rx: mpsc::Receiver<GradDone>,
+    /// A finished gradient that ended the last idle wait, for `gradients`.
+    woken: Option<GradDone>,
     /// Each finished gradient's duration, in job order (the compute thread does them in turn).
     gradient_ns: Vec<u64>,
     /// The handler calls so far, in order, named as the simulator names them.
     order: Vec<Handled>,
     namer: Namer,
+    /// Messages arriving.
+    inbox: Inbox,
 }
 
 impl<P: Protocol> Loop<P>
@@ -74,25 +78,27 @@ where
             stop_seen: None,
             done_from: vec![false; ranks],
             done_rx,
+            woken: None,
             gradient_ns: Vec::new(),
             order: Vec::new(),
             namer: Namer::default(),
+            inbox: Inbox::new(),
         }
     }
 
     /// One round: snapshots, the stopping check, faults, timers, gradients, messages and the
     /// stopping rule; false when the rank leaves the loop.
-    pub fn step(&mut self, world: &SimpleCommunicator) -> bool {
+    pub fn step(&mut self) -> bool {
         let now = self.r.now();
         self.snapshot(now);
         if self.leaving(now) {
             return false;
         }
         self.inject_faults(now);
-        let busy = self.timers() | self.gradients() | self.messages(world) | self.r.io.out.progress();
+        let busy = self.timers() | self.gradients() | self.messages() | self.r.io.out.progress();
         self.apply_stop_rule();
         if !busy {
-            std::thread::sleep(Duration::from_micros(20));
+            self.idle();
         }
         true
     }
@@ -163,10 +169,22 @@ where
         busy
     }
 
+    /// Waits for the compute thread's next gradient, at most until the next timer is due and
+    /// for at most [`super::IDLE_PAUSE`] (messages are looked for at the end of it).
+    fn idle(&mut self) {
+        let now = self.r.now().as_nanos();
+        let timer =
+            self.r.io.timers.first_key_value().map(|(&(at, _), _)| Duration::from_nanos(at.saturating_sub(now)));
+        let pause = timer.map_or(super::IDLE_PAUSE, |t| t.min(super::IDLE_PAUSE));
+        if let Ok(d) = self.done_rx.recv_timeout(pause) {
+            self.woken = Some(d);
+        }
+    }
+
     /// Hands finished gradients (of this incarnation) to the protocol; true if any came back.
     fn gradients(&mut self) -> bool {
         let mut busy = false;
-        while let Ok(d) = self.done_rx.try_recv() {
+        while let Some(d) = self.woken.take().or_else(|| self.done_rx.try_recv().ok()) {
             busy = true;
             self.gradient_ns.push(d.started.elapsed().as_nanos().max(1) as u64);
             if d.inc != self.r.io.inc || !self.up {
@@ -180,28 +198,32 @@ where
     }
 
     /// Delivers waiting messages and notes stop and last-message announcements; true if any.
-    fn messages(&mut self, world: &SimpleCommunicator) -> bool {
-        let mut busy = false;
-        while let Some((buf, status)) = try_receive(world) {
+    /// Messages arriving meanwhile are matched and their receives posted after each handled one,
+    /// as a NIC takes them in while its host works.
+    fn messages(&mut self) -> bool {
+        let mut busy = self.inbox.progress();
+        while let Some(m) = self.inbox.take() {
             busy = true;
-            match status.tag() {
+            match m.tag {
                 DATA if self.up => {
                     self.delivered += 1;
                     let t = Instant::now();
-                    let m: P::Msg = decode(&buf);
-                    let from = status.source_rank() as usize;
+                    let msg: P::Msg = decode(&m.buf);
+                    let from = m.source as usize;
                     self.order.push(self.namer.message(from));
                     let (p, mut host) = self.r.host();
-                    p.on_message(&mut host, from, m);
+                    p.on_message(&mut host, from, msg);
                     self.handling_ns += t.elapsed().as_nanos() as u64;
+                    self.inbox.progress();
+                    self.r.io.out.progress();
                 }
                 STOP => {
-                    let why: StopReason = decode(&buf);
+                    let why: StopReason = decode(&m.buf);
                     self.stop.get_or_insert(why);
                 }
                 // A rank that stopped first has sent its last message: it has stopped, so do we.
                 DONE => {
-                    self.done_from[status.source_rank() as usize] = true;
+                    self.done_from[m.source as usize] = true;
                     self.stop.get_or_insert(StopReason::SimTime);
                 }
                 _ => {}
@@ -223,7 +245,7 @@ where
 
     /// Announces the last message, then drains until every other rank has announced its own and
     /// every send of this rank has completed.
-    pub fn drain(&mut self, world: &SimpleCommunicator) {
+    pub fn drain(&mut self) {
         let me = self.r.rank();
         for to in (0..self.r.ranks()).filter(|&t| t != me) {
             self.r.io.out.send(to as i32, DONE, Vec::new());
@@ -232,12 +254,13 @@ where
         let (closed_jobs, _) = mpsc::channel();
         drop(std::mem::replace(&mut self.r.io.compute, closed_jobs));
         self.done_from[me] = true;
-        while !self.done_from.iter().all(|&d| d) || self.r.io.out.in_flight() > 0 {
+        while !self.done_from.iter().all(|&d| d) || self.r.io.out.in_flight() > 0 || self.inbox.pending() > 0 {
             let sent = self.r.io.out.progress();
-            match try_receive(world) {
-                Some((_, status)) if status.tag() == DONE => self.done_from[status.source_rank() as usize] = true,
+            let took = self.inbox.progress();
+            match self.inbox.take() {
+                Some(m) if m.tag == DONE => self.done_from[m.source as usize] = true,
                 Some(_) => {}
-                None if !sent => std::thread::sleep(Duration::from_micros(20)),
+                None if !sent && !took => std::thread::sleep(super::IDLE_PAUSE),
                 None => {}
             }
         }
