@@ -51,7 +51,7 @@ one() {
   local dir="$1"; shift
   [ -f "$dir/validation.json" ] && return 0
   rm -rf "$dir"
-  "$here/netns_cluster.sh" "$@" -- "$dsgd" validate "${specs_of[@]}" --out "$dir"
+  "$here/netns_cluster.sh" "$@" -- "$dsgd" validate "${specs_of[@]}" --out "$dir" --token-bucket
 }
 for k in $(seq 1 "$reps"); do
   specs_of=("${four[@]}"); one "$out/ranks4-rep$k" --hosts 4 --gbps "$gbps"

@@ -15,16 +15,18 @@
 //! - **Gradients**: the spec's workload steps, timed on every worker rank at once (as in a run,
 //!   where the workers compute side by side on the same cores).
 
+use crate::shaping;
 use crate::spec::Spec;
 use crate::{Error, Result};
 use dsgd_runtime::collectives::{CollectiveKind, Run, Schedule};
+use dsgd_runtime::mpi_exec::inbox::Inbox;
 use dsgd_runtime::mpi_exec::outbox::Outbox;
-use dsgd_runtime::mpi_exec::{self, precise_sleeps, try_receive};
+use dsgd_runtime::mpi_exec::{self, precise_sleeps};
 use dsgd_runtime::protocols::sync::SyncMsg;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const TAG: i32 = 7;
 
@@ -68,7 +70,8 @@ impl Pattern {
         }
     }
 
-    fn time(self, p: &PingPong) -> f64 {
+    /// The point's time in this pattern.
+    pub fn time(self, p: &PingPong) -> f64 {
         match self {
             Pattern::Pair => p.one_way_s,
             Pattern::Pairs => p.concurrent_one_way_s,
@@ -107,22 +110,26 @@ pub struct Calibration {
     pub step_s: Vec<Vec<f64>>,
     /// The mean time of a synchronous spec's own all-reduce of its model, seconds.
     pub all_reduce_s: Option<f64>,
+    /// Two streams from rank 0 to rank 1 (see [`crate::shaping`]).
+    pub streams: Option<shaping::Streams>,
+    /// The token bucket they show, if they show one: then the spec parts use it.
+    pub bucket: Option<shaping::BucketFit>,
 }
 
-/// Receives one message the way the executor does: by polling with a matched probe (advancing
-/// this rank's sends) and a short sleep when nothing is there.
-fn poll_receive(world: &SimpleCommunicator, out: &mut Outbox) -> Vec<u8> {
+/// Receives one message the way the executor does: by polling its inbox (matched probes and
+/// non-blocking receives), advancing this rank's sends, with the executor's pause when nothing is there.
+pub(crate) fn poll_receive(inbox: &mut Inbox, out: &mut Outbox) -> Vec<u8> {
     loop {
         out.progress();
-        if let Some((buf, _)) = try_receive(world) {
-            return buf;
+        if let Some(m) = inbox.poll() {
+            return m.buf;
         }
-        std::thread::sleep(Duration::from_micros(20));
+        std::thread::sleep(mpi_exec::IDLE_PAUSE);
     }
 }
 
 /// The payload: one round of a ring all-reduce, as the executor encodes it.
-fn encode(data: Vec<f32>) -> Vec<u8> {
+pub(crate) fn encode_payload(data: Vec<f32>) -> Vec<u8> {
     mpi_exec::encode(&SyncMsg::Chunk { view: 0, iter: 0, bucket: 0, round: 0, data })
 }
 
@@ -139,6 +146,7 @@ fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
     let (me, n) = (world.rank(), world.size());
     let next = (me + 1) % n;
     let mut out = Outbox::new();
+    let mut inbox = Inbox::new();
     let mut means = Vec::new();
     world.barrier();
     for &bytes in sizes {
@@ -146,8 +154,8 @@ fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
             let t = Instant::now();
-            out.send(next, TAG, encode(payload.clone()));
-            decode(&poll_receive(world, &mut out));
+            out.send(next, TAG, encode_payload(payload.clone()));
+            decode(&poll_receive(&mut inbox, &mut out));
             times.push(t.elapsed().as_secs_f64());
         }
         means.push(mean(times));
@@ -165,6 +173,7 @@ fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
 pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, reps: usize) -> f64 {
     let (me, n) = (world.rank() as usize, world.size() as usize);
     let mut out = Outbox::new();
+    let mut inbox = Inbox::new();
     let mut outgoing = Vec::new();
     let mut times = Vec::with_capacity(reps);
     let mut early: BTreeMap<(u64, u32), Vec<f32>> = BTreeMap::new();
@@ -182,7 +191,7 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
                 let msg = SyncMsg::Chunk { view: 0, iter: it, bucket: 0, round: o.round, data: o.data };
                 out.send(o.to as i32, TAG, mpi_exec::encode(&msg));
             }
-            match mpi_exec::decode::<SyncMsg>(&poll_receive(world, &mut out)) {
+            match mpi_exec::decode::<SyncMsg>(&poll_receive(&mut inbox, &mut out)) {
                 SyncMsg::Chunk { iter, round, data, .. } if iter == it => run.deliver(round, data),
                 SyncMsg::Chunk { iter, round, data, .. } => {
                     early.insert((iter, round), data);
@@ -219,6 +228,7 @@ fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: boo
     let me = world.rank();
     let peer = me ^ 1;
     let mut out = Outbox::new();
+    let mut inbox = Inbox::new();
     let mut means = Vec::new();
     world.barrier();
     let active = |r: i32| (r ^ 1) < world.size() && (pairs || r <= 1);
@@ -229,11 +239,11 @@ fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: boo
             for _ in 0..reps {
                 let t = Instant::now();
                 if me % 2 == 0 {
-                    out.send(peer, TAG, encode(payload.clone()));
-                    decode(&poll_receive(world, &mut out));
+                    out.send(peer, TAG, encode_payload(payload.clone()));
+                    decode(&poll_receive(&mut inbox, &mut out));
                 } else {
-                    let v = decode(&poll_receive(world, &mut out));
-                    out.send(peer, TAG, encode(v));
+                    let v = decode(&poll_receive(&mut inbox, &mut out));
+                    out.send(peer, TAG, encode_payload(v));
                 }
                 times.push(t.elapsed().as_secs_f64() / 2.0);
             }
@@ -247,7 +257,7 @@ fn exchange(world: &SimpleCommunicator, sizes: &[usize], reps: usize, pairs: boo
             out.send(to, TAG, Vec::new());
         }
     } else if !active(me) {
-        poll_receive(world, &mut out);
+        poll_receive(&mut inbox, &mut out);
     }
     while out.in_flight() > 0 {
         out.progress();
@@ -422,8 +432,9 @@ pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option
     }
 }
 
-/// `dsgd calibrate`: the network and, with a spec, its workload's gradient times.
-pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Option<Calibration>> {
+/// `dsgd calibrate`: the network and, with a spec, its workload's gradient times; with
+/// `token_bucket`, streams and the token bucket they show ([`shaping`]).
+pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>, token_bucket: bool) -> Result<Option<Calibration>> {
     if world.size() < 2 {
         return Err(Error::Mpi(
             "calibration measures messages between two ranks: run it with `mpirun -np 2` or more".into(),
@@ -433,6 +444,7 @@ pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Opti
     let largest = spec.map(largest_message).transpose()?.unwrap_or(4 << 20);
     let bulk = spec.map(|s| bulk_message(s, ranks)).transpose()?.unwrap_or(largest);
     let points = ping_pong(world, &sizes_for(&[largest], &[bulk]), 30);
+    let streams = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
     let steps = match spec {
         Some(s) => step_times(world, s, 10)?,
         None => Vec::new(),
@@ -446,16 +458,26 @@ pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>) -> Result<Opti
         let fit = fits(&points, largest, bulk, pattern);
         let pattern_fits =
             [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, bulk, p)).to_vec();
-        Calibration { points, fit, pattern_fits, step_s: steps, all_reduce_s: collective }
+        let bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern));
+        Calibration { points, fit, pattern_fits, step_s: steps, all_reduce_s: collective, streams, bucket }
     }))
 }
 
 impl Calibration {
     /// The network and compute parts of a spec, as JSON; `floor_ms` is the spec's step time.
     pub fn spec_parts(&self, floor_ms: f64) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "network": {"latency_us": self.fit.latency_us, "bandwidth_gbps": self.fit.bandwidth_gbps}
-        });
+        let mut v = match self.bucket {
+            Some(b) => serde_json::json!({
+                "network": {
+                    "latency_us": b.latency_us,
+                    "bandwidth_gbps": b.bandwidth_gbps,
+                    "token_bucket": {"depth_kb": b.depth_kb, "peak_gbps": b.peak_gbps}
+                }
+            }),
+            None => serde_json::json!({
+                "network": {"latency_us": self.fit.latency_us, "bandwidth_gbps": self.fit.bandwidth_gbps}
+            }),
+        };
         if let Some((mean, sigma)) = step_summary(&self.step_s, floor_ms / 1e3) {
             v["compute"] = serde_json::json!({
                 "step_time_ms": mean * 1e3,

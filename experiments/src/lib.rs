@@ -10,7 +10,8 @@
 //!   intervals; [`report`]: `report.md`, with [`verdict`]: which algorithm is fastest to the
 //!   target at each node count, and whether significantly; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
-//!   times per size and pattern, the spec's all-reduce and gradient steps.
+//!   times per size and pattern, the spec's all-reduce and gradient steps; `shaping` (feature
+//!   `mpi`): streams that show a link's token bucket, and its fit.
 //! - [`torture`]: the deterministic simulation tester (`dsgd torture`): seeded random scenarios
 //!   with faults, checked invariants and liveness, shrinking and a coverage table.
 //! - [`error`]: the library's errors, one enum a caller can match.
@@ -33,6 +34,8 @@ pub mod real;
 pub mod realbench;
 pub mod report;
 pub mod scalebench;
+#[cfg(feature = "mpi")]
+pub mod shaping;
 pub mod spec;
 pub mod sweep;
 pub mod torture;

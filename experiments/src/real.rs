@@ -4,8 +4,10 @@
 use crate::calibrate;
 use crate::execute::{write_run, Outcome};
 use crate::output::Summary;
-use crate::spec::{FaultSpec, FieldError, Spec};
+use crate::shaping;
+use crate::spec::{FaultSpec, FieldError, Spec, TokenBucketSpec, TopologySpec};
 use crate::{Error, Result};
+use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash, RealError};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
@@ -178,8 +180,13 @@ pub struct Comparison {
     pub time_to_target_s: Option<(f64, f64)>,
     /// Mean duration of a real gradient (the simulator replays each one), milliseconds.
     pub gradient_ms: Option<f64>,
-    /// The network fit the simulator used.
+    /// The plain network fit (the simulator's network when no token bucket was seen).
     pub fit: calibrate::Fit,
+    /// The token bucket the streams showed, which the simulator's network took instead of the
+    /// plain fit.
+    pub bucket: Option<shaping::BucketFit>,
+    /// The streams (the mean of the timings before and after the run).
+    pub streams: Option<shaping::Streams>,
     /// The measured time per message the simulator charged: a server's per update (parameter
     /// server or EASGD centre, `update_time_us`), a sync worker's per chunk (`message_time_us`).
     pub charged_us: Option<f64>,
@@ -207,9 +214,11 @@ fn headline(s: &Summary) -> (String, f64) {
 /// run saw it), runs it for real, and runs it in the
 /// simulator with the network fitted to its traffic pattern up to its largest message through its
 /// bulk message, and with the real run's own gradient durations (each rank's gradients take, in
-/// order, what they took for real); compares. On rank 0: the comparisons with their ping-pong
-/// points and, per spec, the simulated run (a measured run that `dsgd replay` reproduces).
-pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Validation>> {
+/// order, what they took for real); compares. With `token_bucket` (NICs known to be shaped by
+/// one), it also times streams before and after, and the simulator's network is the token bucket
+/// they show ([`shaping`]). On rank 0: the comparisons with their ping-pong points and, per spec,
+/// the simulated run (a measured run that `dsgd replay` reproduces).
+pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) -> Result<Option<Validation>> {
     let ranks = world.size() as usize;
     let mut rows = Vec::new();
     let mut replays = Vec::new();
@@ -217,12 +226,26 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
         let (big, bulk) = (calibrate::largest_message(spec)?, calibrate::bulk_message(spec, ranks)?);
         let sizes = calibrate::sizes_for(&[big], &[bulk]);
         let before = calibrate::ping_pong(world, &sizes, 60);
+        let streams_before = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
+        let all_reduce = if token_bucket { calibrate::spec_all_reduce(world, spec)? } else { None };
         let real = run_spec(world, spec)?;
         let after = calibrate::ping_pong(world, &sizes, 60);
+        let streams_after = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
         let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
         let points = calibrate::mean_points(&before, &after);
         let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
-        let sim_spec = replay_spec(spec, &fit, &real.result);
+        let streams = streams_before.zip(streams_after).map(|(a, b)| a.mean(&b));
+        let bucket =
+            streams.and_then(|s| shaping::fit(&points, &s, calibrate::Pattern::of(spec, ranks))).map(|b| {
+                match (all_reduce, spec.algorithm.sync()) {
+                    (Some(t), Some(c)) if c.collective == CollectiveKind::Ring => {
+                        let handling = handling_us(&real.result, 0..real.result.handling.len()) * 1e-6;
+                        shaping::cap_ring(b, t, 2 * (ranks - 1), bulk, handling)
+                    }
+                    _ => b,
+                }
+            });
+        let sim_spec = replay_spec(spec, &fit, bucket, &real.result);
         let recording = real.result.recording.as_ref().map(extended);
         let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
         let (metric, r) = headline(&real.summary);
@@ -238,6 +261,8 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
             time_to_target_s: real.summary.time_to_target_s.zip(sim_to_target),
             gradient_ms: mean_gradient_ms(&real.result),
             fit,
+            bucket,
+            streams,
             charged_us: charged_time(&sim_spec.algorithm),
             handling_us: handling_us(&real.result, 0..real.result.handling.len()),
             receive_us: charges_receive(&sim_spec.algorithm).then_some(sim_spec.compute.receive_time_us),
@@ -255,8 +280,10 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec]) -> Result<Option<Val
 /// fed from the real run), which already hold the injected stragglers, so these are not applied
 /// again. A real run does not stop at its
 /// target (it is found afterwards, in the gathered evaluations), so neither does the simulated
-/// one: both are measured over the same time.
-fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
+/// one: both are measured over the same time. With a token bucket, the network is the bucket's;
+/// a racks topology's uplinks, shaped as the NICs are, keep their ratio to the NICs' bandwidth
+/// (the fitted rate is what TCP delivers through a shaped link, below its nominal rate).
+fn replay_spec(spec: &Spec, fit: &calibrate::Fit, bucket: Option<shaping::BucketFit>, real: &RunResult) -> Spec {
     let mut s = spec.clone();
     let servers = handling_us(real, spec.nodes..real.handling.len());
     match &mut s.algorithm {
@@ -275,8 +302,20 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit, real: &RunResult) -> Spec {
     }
     s.stop.target_loss = None;
     s.stop.target_accuracy = None;
-    s.network.latency_us = fit.latency_us;
-    s.network.bandwidth_gbps = fit.bandwidth_gbps;
+    match bucket {
+        Some(b) => {
+            if let TopologySpec::Racks { uplink_gbps, .. } = &mut s.network.topology {
+                *uplink_gbps *= b.bandwidth_gbps / spec.network.bandwidth_gbps;
+            }
+            s.network.latency_us = b.latency_us;
+            s.network.bandwidth_gbps = b.bandwidth_gbps;
+            s.network.token_bucket = Some(TokenBucketSpec { depth_kb: b.depth_kb, peak_gbps: b.peak_gbps });
+        }
+        None => {
+            s.network.latency_us = fit.latency_us;
+            s.network.bandwidth_gbps = fit.bandwidth_gbps;
+        }
+    }
     s.compute.gradient_time = dsgd_sim::spec::StepTimes::Measured;
     s.compute.straggler = Default::default();
     s
@@ -365,7 +404,7 @@ pub fn table(rows: &[Comparison]) -> String {
     s.push_str("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {} | {:.1} us | {}: {:.1} us, {:.2} Gbit/s to {} B through {} B |\n",
+            "| {} | {} | {} | {:.5} | {:.5} | {:+.1}% | {} | {} | {} | {} | {:.1} us | {} |\n",
             r.name,
             r.algorithm,
             r.metric,
@@ -377,12 +416,30 @@ pub fn table(rows: &[Comparison]) -> String {
             r.charged_us.map_or("-".into(), |u| format!("{u:.1} us")),
             r.receive_us.map_or("-".into(), |u| format!("{u:.1} us")),
             r.handling_us,
-            serde_json::to_value(r.fit.pattern).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-            r.fit.latency_us,
-            r.fit.bandwidth_gbps,
-            r.fit.up_to_bytes,
-            r.fit.through_bytes
+            network_fit(r)
         ));
     }
     s
+}
+
+/// The network the simulator took: the token bucket, or the plain fit.
+fn network_fit(r: &Comparison) -> String {
+    match r.bucket {
+        Some(b) => format!(
+            "token bucket: {:.1} us, {:.3} Gbit/s, {:.0} kB at {:.2} Gbit/s",
+            b.latency_us, b.bandwidth_gbps, b.depth_kb, b.peak_gbps
+        ),
+        None => {
+            let f = &r.fit;
+            let pattern = serde_json::to_value(f.pattern).ok().and_then(|v| v.as_str().map(String::from));
+            format!(
+                "{}: {:.1} us, {:.2} Gbit/s to {} B through {} B",
+                pattern.unwrap_or_default(),
+                f.latency_us,
+                f.bandwidth_gbps,
+                f.up_to_bytes,
+                f.through_bytes
+            )
+        }
+    }
 }

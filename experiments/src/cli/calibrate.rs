@@ -15,6 +15,10 @@ pub struct Args {
     /// Where to write the network and compute parts.
     #[arg(long, default_value = "calibration.json")]
     out: PathBuf,
+    /// The NICs are shaped by token buckets (Linux's `tbf`, as experiments/scripts/netns_cluster.sh
+    /// shapes them): time streams too, and give the simulator the bucket they show.
+    #[arg(long)]
+    token_bucket: bool,
 }
 
 /// Without MPI: says how to rebuild.
@@ -31,7 +35,7 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let spec = a.spec.map(|p| dsgd_experiments::load::spec_from_file(&p, &[])).transpose()?;
     let universe = dsgd_experiments::real::init()?;
     let world = universe.world();
-    let Some(c) = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref())? else {
+    let Some(c) = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref(), a.token_bucket)? else {
         return Ok(ExitCode::SUCCESS);
     };
     say!(out, "  {:>9}  {:>14}  {:>14}  {:>14}", "bytes", "one way, pair", "all pairs", "ring round");
@@ -54,7 +58,22 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     for p in &c.pattern_fits {
         say!(out, "fit {}", f(p));
     }
-    say!(out, "used for the spec: {}", f(&c.fit));
+    if let Some(s) = &c.streams {
+        for (n, t) in s.counts.iter().zip(s.times_s) {
+            say!(out, "stream of {n} x {} B from rank 0 to 1: {:.3} ms", s.message_bytes, t * 1e3);
+        }
+    }
+    match &c.bucket {
+        Some(b) => say!(
+            out,
+            "used for the spec: a token bucket: latency {:.1} us, {:.3} Gbit/s once {:.0} kB of credit is spent at {:.2} Gbit/s",
+            b.latency_us,
+            b.bandwidth_gbps,
+            b.depth_kb,
+            b.peak_gbps
+        ),
+        None => say!(out, "used for the spec: {}", f(&c.fit)),
+    }
     if let Some(t) = c.all_reduce_s {
         say!(out, "the spec's all-reduce of its model: {:.3} ms", t * 1e3);
     }

@@ -16,6 +16,10 @@ pub struct Args {
     /// Output folder.
     #[arg(long, default_value = "validation")]
     out: PathBuf,
+    /// The NICs are shaped by token buckets (Linux's `tbf`, as experiments/scripts/netns_cluster.sh
+    /// shapes them): time streams too, and give the simulator the bucket they show.
+    #[arg(long)]
+    token_bucket: bool,
     /// Fail (exit 1) if any error exceeds this fraction.
     #[arg(long)]
     max_error: Option<f64>,
@@ -41,7 +45,7 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     }
     let universe = real::init()?;
     let world = universe.world();
-    let Some(v) = real::validate(&world, &specs)? else { return Ok(ExitCode::SUCCESS) };
+    let Some(v) = real::validate(&world, &specs, a.token_bucket)? else { return Ok(ExitCode::SUCCESS) };
     let (rows, dir) = (&v.comparisons, &a.out);
     let table = real::table(rows);
     say!(out, "{table}");

@@ -1,0 +1,241 @@
+//! A shaped link, measured: how fast a stream of messages goes once a link's burst allowance is
+//! spent, how large that allowance is, and how fast a message goes within it.
+//!
+//! A NIC shaped by a token bucket (Linux's `tbf` on an emulated host's veth, a cloud VM's burst
+//! allowance) sends a message at its peak while it has tokens and at its rate once they are
+//! spent. A ping-pong sees only the first: its messages find a bucket refilled by the round trip,
+//! so a line fitted through them overstates what a busy link delivers (a parameter server's NIC
+//! fed by seven workers took 576 updates a second where such a line predicted 864). So the link
+//! is also timed with streams: rank 0 sends `count` messages back to back to rank 1 after a quiet
+//! spell that fills its bucket, and rank 1 answers the last with a small message.
+//!
+//! The fit, from two streams of X₁ < X₂ bytes taking T₁ < T₂ and the pair's ping-pong:
+//! - the rate: B = (X₂ − X₁)/(T₂ − T₁), both streams well past the bucket;
+//! - the depth: a stream of X bytes past the bucket takes a round trip plus (X − T)/B, so
+//!   T = X₁ − B·(T₁ − 2·one_way(8 B)), from the short stream, whose time varies less (an error
+//!   in a time counts B times in the depth);
+//! - latency and peak: the line `one_way = latency + bytes/peak` (least squares) through the
+//!   pair's ping-pong sizes within the bucket, the peak kept between 2 and 20 times the rate; the
+//!   latency plus what the spec's traffic pattern (all pairs at once, the ring) adds to the
+//!   smallest message;
+//! - for a ring all-reduce, the rate is at most what the spec's own all-reduce, timed on every
+//!   rank at once, shows per round, less a round's latency and message handling ([`cap_ring`]):
+//!   every rank sends at once, and on an emulated network the host's two cores carry all the
+//!   NICs' traffic and every rank's reductions (eight ranks' rounds of 125 kB took 1.9 ms in a
+//!   run, where one stream's rate gives 1.2 ms).
+//!
+//! Fitted only where asked (`--token-bucket`: a network known to be shaped, as
+//! `netns_cluster.sh`'s is); streams that show no bucket (its depth under 4 KiB) leave the plain
+//! fit.
+
+use crate::calibrate::{encode_payload, poll_receive, Pattern, PingPong};
+use dsgd_runtime::mpi_exec::inbox::Inbox;
+use dsgd_runtime::mpi_exec::outbox::Outbox;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use std::time::{Duration, Instant};
+
+const TAG: i32 = 8;
+/// Silence before each stream: 20 ms refill 2.5 MB of tokens at 1 Gbit/s.
+const QUIET: Duration = Duration::from_millis(20);
+
+/// Two streams from rank 0 to rank 1.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Streams {
+    /// Bytes of each message.
+    pub message_bytes: usize,
+    /// Messages in the short and the long stream.
+    pub counts: [usize; 2],
+    /// Mean time of each, from the first send to the answer's arrival, seconds.
+    pub times_s: [f64; 2],
+}
+
+impl Streams {
+    /// The two streams' sizes in bytes.
+    fn bytes(&self) -> [f64; 2] {
+        self.counts.map(|c| (c * self.message_bytes) as f64)
+    }
+
+    /// The mean of two timings of the same streams (before and after a run).
+    pub fn mean(&self, other: &Streams) -> Streams {
+        Streams { times_s: [0, 1].map(|i| (self.times_s[i] + other.times_s[i]) / 2.0), ..*self }
+    }
+}
+
+/// The streams for messages of `bulk` bytes: messages of `bulk` clamped to 64 KiB..1 MiB, the
+/// short stream at least 1 MiB, the long one four times as many messages.
+pub fn counts_for(bulk: usize) -> (usize, [usize; 2]) {
+    let m = bulk.clamp(64 << 10, 1 << 20);
+    let short = (1usize << 20).div_ceil(m);
+    (m, [short, 4 * short])
+}
+
+/// Times the two streams of [`counts_for`]`(bulk)`, `reps` times each; on rank 0, `None` elsewhere.
+/// Ranks other than 0 and 1 wait for rank 0's word, polling as in a run.
+pub fn stream(world: &SimpleCommunicator, bulk: usize, reps: usize) -> Option<Streams> {
+    let (message_bytes, counts) = counts_for(bulk);
+    let me = world.rank();
+    let mut out = Outbox::new();
+    let mut inbox = Inbox::new();
+    let mut times_s = [0.0; 2];
+    world.barrier();
+    if world.size() >= 2 && me <= 1 {
+        let payload = vec![0.5f32; message_bytes / 4];
+        for (i, &count) in counts.iter().enumerate() {
+            let mut total = 0.0;
+            for _ in 0..reps {
+                if me == 0 {
+                    std::thread::sleep(QUIET);
+                    let t = Instant::now();
+                    for _ in 0..count {
+                        out.send(1, TAG, encode_payload(payload.clone()));
+                    }
+                    poll_receive(&mut inbox, &mut out);
+                    total += t.elapsed().as_secs_f64();
+                } else {
+                    for _ in 0..count {
+                        poll_receive(&mut inbox, &mut out);
+                    }
+                    out.send(0, TAG, encode_payload(vec![0.5f32; 2]));
+                }
+            }
+            times_s[i] = total / reps as f64;
+        }
+    }
+    if me == 0 {
+        for to in 2..world.size() {
+            out.send(to, TAG, Vec::new());
+        }
+    } else if me >= 2 {
+        poll_receive(&mut inbox, &mut out);
+    }
+    while out.in_flight() > 0 {
+        out.progress();
+    }
+    world.barrier();
+    (me == 0).then_some(Streams { message_bytes, counts, times_s })
+}
+
+/// A link with a token bucket, as the simulator's `network` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct BucketFit {
+    /// One-way latency, microseconds.
+    pub latency_us: f64,
+    /// The rate once the bucket is spent, Gbit/s.
+    pub bandwidth_gbps: f64,
+    /// The bucket's depth, kB.
+    pub depth_kb: f64,
+    /// The rate while tokens last, Gbit/s.
+    pub peak_gbps: f64,
+}
+
+/// The token bucket that `streams` and the ping-pong `points` show, for traffic in `pattern`;
+/// `None` where the streams show no bucket (its depth under 4 KiB).
+pub fn fit(points: &[PingPong], streams: &Streams, pattern: Pattern) -> Option<BucketFit> {
+    let [x1, x2] = streams.bytes();
+    let [t1, t2] = streams.times_s;
+    if t2 <= t1 || points.is_empty() {
+        return None;
+    }
+    let rate = (x2 - x1) / (t2 - t1);
+    let round_trip = 2.0 * points[0].one_way_s;
+    let depth = x1 - rate * (t1 - round_trip);
+    if depth < 4096.0 {
+        return None;
+    }
+    // The peak, from the pair's sizes within the bucket (a ping-pong's round trip refills it),
+    // between twice and twenty times the rate: sizes of a few kilobytes differ by microseconds,
+    // which the ranks' polling blurs.
+    let within: Vec<(f64, f64)> =
+        points.iter().filter(|p| p.bytes as f64 <= 0.8 * depth).map(|p| (p.bytes as f64, p.one_way_s)).collect();
+    let n = within.len() as f64;
+    let (mx, my) = (within.iter().map(|p| p.0).sum::<f64>() / n, within.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxy: f64 = within.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = within.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let peak = if sxx > 0.0 && sxy > 0.0 { sxx / sxy } else { f64::INFINITY }.clamp(2.0 * rate, 20.0 * rate);
+    // The latency: the pair's, plus what the pattern adds to its smallest message (every rank
+    // sending at once on shared cores).
+    let first = &points[0];
+    let latency = (my - mx / peak).max(0.5 * first.one_way_s) + (pattern.time(first) - first.one_way_s).max(0.0);
+    Some(BucketFit {
+        latency_us: latency * 1e6,
+        bandwidth_gbps: rate * 8.0 / 1e9,
+        depth_kb: depth / 1e3,
+        peak_gbps: peak * 8.0 / 1e9,
+    })
+}
+
+/// `b` with its rate at most what a ring all-reduce of `rounds` rounds of `chunk` bytes that
+/// took `all_reduce_s` shows, each round less `b`'s latency and `handling_s` (a round's
+/// message handling, which the simulator charges apart).
+pub fn cap_ring(b: BucketFit, all_reduce_s: f64, rounds: usize, chunk: usize, handling_s: f64) -> BucketFit {
+    let round = all_reduce_s / rounds.max(1) as f64 - b.latency_us * 1e-6 - handling_s;
+    if round <= 0.0 {
+        return b;
+    }
+    let gbps = chunk as f64 * 8.0 / round / 1e9;
+    BucketFit { bandwidth_gbps: b.bandwidth_gbps.min(gbps), ..b }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ping-pong points of a link with latency `l` s and peak `p` bytes/s, within its bucket.
+    fn points(l: f64, p: f64) -> Vec<PingPong> {
+        [8usize, 1024, 16384, 50_000]
+            .iter()
+            .map(|&b| {
+                let t = l + b as f64 / p;
+                PingPong { bytes: b, one_way_s: t, concurrent_one_way_s: t, ring_one_way_s: t }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_token_bucket_is_recovered_from_two_streams_and_the_ping_pong() {
+        // 1 Gbit/s (125 MB/s) once spent, 125 kB deep, 10 Gbit/s within, 50 µs latency.
+        let (l, r, depth, p) = (50e-6, 125e6, 125e3, 1.25e9);
+        let pts = points(l, p);
+        let round_trip = 2.0 * pts[0].one_way_s;
+        let (m, counts) = counts_for(203_624);
+        assert_eq!((m, counts), (203_624, [6, 24]));
+        let times_s = counts.map(|c| round_trip + ((c * m) as f64 - depth) / r);
+        let f = fit(&pts, &Streams { message_bytes: m, counts, times_s }, Pattern::Pair).unwrap();
+        assert!((f.bandwidth_gbps - 1.0).abs() < 1e-9, "{f:?}");
+        assert!((f.depth_kb - 125.0).abs() < 1e-6, "{f:?}");
+        assert!((f.peak_gbps - 10.0).abs() < 1e-6, "{f:?}");
+        assert!((f.latency_us - 50.0).abs() < 1e-6, "{f:?}");
+        // Where all pairs at once take 30 µs longer for the smallest message, so does the latency.
+        let busy: Vec<PingPong> =
+            pts.iter().map(|p| PingPong { concurrent_one_way_s: p.one_way_s + 30e-6, ..p.clone() }).collect();
+        let f = fit(&busy, &Streams { message_bytes: m, counts, times_s }, Pattern::Pairs).unwrap();
+        assert!((f.latency_us - 80.0).abs() < 1e-6, "{f:?}");
+    }
+
+    #[test]
+    fn a_ring_all_reduce_slower_than_the_streams_caps_the_rate() {
+        let b = BucketFit { latency_us: 100.0, bandwidth_gbps: 0.9, depth_kb: 120.0, peak_gbps: 9.0 };
+        // 14 rounds of 125 kB in 28 ms: 2 ms a round, less 100 µs of latency and 150 µs of
+        // handling, is 125 kB in 1.75 ms: 0.571 Gbit/s.
+        let c = cap_ring(b, 0.028, 14, 125_000, 150e-6);
+        assert!((c.bandwidth_gbps - 125_000.0 * 8.0 / 1.75e-3 / 1e9).abs() < 1e-12, "{c:?}");
+        assert_eq!(BucketFit { bandwidth_gbps: 0.9, ..c }, b);
+        // A faster all-reduce leaves the streams' rate, and one within the latency changes nothing.
+        assert_eq!(cap_ring(b, 0.005, 14, 125_000, 150e-6), b);
+        assert_eq!(cap_ring(b, 0.001, 14, 125_000, 150e-6), b);
+    }
+
+    #[test]
+    fn a_link_without_a_bucket_gets_none() {
+        // A plain 1 Gbit/s link: streams at the ping-pong's rate, no credit.
+        let (l, r) = (50e-6, 125e6);
+        let pts = points(l, r);
+        let round_trip = 2.0 * pts[0].one_way_s;
+        let (m, counts) = counts_for(1 << 20);
+        let times_s = counts.map(|c| round_trip + (c * m) as f64 / r);
+        assert_eq!(fit(&pts, &Streams { message_bytes: m, counts, times_s }, Pattern::Pair), None);
+        // Nor without two distinct times.
+        assert_eq!(fit(&pts, &Streams { message_bytes: m, counts, times_s: [0.1, 0.1] }, Pattern::Pair), None);
+    }
+}
