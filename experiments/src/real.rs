@@ -185,7 +185,7 @@ pub struct Comparison {
     /// The token bucket the streams showed, which the simulator's network took instead of the
     /// plain fit.
     pub bucket: Option<shaping::BucketFit>,
-    /// The streams (the mean of the timings before and after the run).
+    /// The streams (the shorter of the timings before and after the run).
     pub streams: Option<shaping::Streams>,
     /// The measured time per message the simulator charged: a server's per update (parameter
     /// server or EASGD centre, `update_time_us`), a sync worker's per chunk (`message_time_us`).
@@ -234,7 +234,7 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) 
         let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
         let points = calibrate::mean_points(&before, &after);
         let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
-        let streams = streams_before.zip(streams_after).map(|(a, b)| a.mean(&b));
+        let streams = streams_before.zip(streams_after).map(|(a, b)| a.shortest(&b));
         let bucket =
             streams.and_then(|s| shaping::fit(&points, &s, calibrate::Pattern::of(spec, ranks))).map(|b| {
                 match (all_reduce, spec.algorithm.sync()) {
