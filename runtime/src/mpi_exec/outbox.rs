@@ -10,9 +10,8 @@
 //! buffers of those that completed.
 //!
 //! One message is sent at a time, the next when the last completed, as the simulator's NIC sends
-//! first come, first served: several large sends at once share the NIC and each ends later (a
-//! parameter server's replies to seven workers, sent together, came 15% later than the
-//! simulator predicted). A send of a small message completes as soon as it is handed over.
+//! first come, first served (several large sends at once would share the NIC, each ending
+//! later). A send of a small message completes as soon as it is handed over.
 //!
 //! This is the crate's only `unsafe` code: the `mpi` crate's non-blocking sends borrow their
 //! buffer for `'static`, and a buffer is handed back to its `Box` only once its send completed.
