@@ -233,18 +233,18 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) 
         let streams_after = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
         let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
         let points = calibrate::mean_points(&before, &after);
-        let fit = calibrate::fits(&points, big, bulk, calibrate::Pattern::of(spec, ranks));
+        let pattern = calibrate::Pattern::of(spec, ranks);
+        let fit = calibrate::fits(&points, big, bulk, pattern);
+        let handling = handling_us(&real.result, 0..real.result.handling.len());
         let streams = streams_before.zip(streams_after).map(|(a, b)| a.shortest(&b));
-        let bucket =
-            streams.and_then(|s| shaping::fit(&points, &s, calibrate::Pattern::of(spec, ranks))).map(|b| {
-                match (all_reduce, spec.algorithm.sync()) {
-                    (Some(t), Some(c)) if c.collective == CollectiveKind::Ring => {
-                        let handling = handling_us(&real.result, 0..real.result.handling.len()) * 1e-6;
-                        shaping::cap_ring(b, t, 2 * (ranks - 1), bulk, handling)
-                    }
-                    _ => b,
+        let bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern)).map(|b| {
+            match (all_reduce, spec.algorithm.sync()) {
+                (Some(t), Some(c)) if c.collective == CollectiveKind::Ring => {
+                    shaping::cap_ring(b, t, 2 * (ranks - 1), bulk, handling * 1e-6)
                 }
-            });
+                _ => b,
+            }
+        });
         let sim_spec = replay_spec(spec, &fit, bucket, &real.result);
         let recording = real.result.recording.as_ref().map(extended);
         let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
@@ -264,7 +264,7 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) 
             bucket,
             streams,
             charged_us: charged_time(&sim_spec.algorithm),
-            handling_us: handling_us(&real.result, 0..real.result.handling.len()),
+            handling_us: handling,
             receive_us: charges_receive(&sim_spec.algorithm).then_some(sim_spec.compute.receive_time_us),
             points,
         });

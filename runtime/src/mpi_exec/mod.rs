@@ -5,8 +5,9 @@
 //!   with non-blocking sends that own their buffers ([`outbox`]), so a large message never blocks
 //!   the protocol, one tag per kind of traffic; arrivals are matched by a non-blocking probe and
 //!   received without blocking into buffers of the [`inbox`], so a large message arriving never
-//!   holds the rank either; the rank's loop advances both, sleeping 20 µs when idle (with the
-//!   thread's timer slack at 1 ns, so a sleep is not stretched by the kernel's default 50 µs).
+//!   holds the rank either; the rank's loop advances both and, when idle, waits up to
+//!   [`IDLE_PAUSE`] for its next gradient (with the thread's timer slack at 1 ns, so a wait is
+//!   not stretched by the kernel's default 50 µs).
 //! - **Timers** run on the wall clock (`now` is the time since the common start, after a barrier).
 //! - **Gradients** are computed on a compute thread, one after another, with the real workload;
 //!   a gradient takes at least the compute model's duration (base step time, jitter and

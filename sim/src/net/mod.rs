@@ -314,9 +314,10 @@ impl Network {
         }
     }
 
-    /// Reserves link `id` for `bytes` whose head reaches it at `start` (when it is free) and
-    /// whose tail left the link before at `upstream_tail`: the link's transfer time (through its
-    /// token bucket, if it has one), no earlier than the upstream tail. Returns (start, tail).
+    /// Reserves link `id` for `bytes` whose head reaches it at `head` (it starts when the link is
+    /// free) and whose tail left the link before at `upstream_tail`: the link's transfer time
+    /// (through its token bucket, if it has one), no earlier than the upstream tail. Returns
+    /// (start, tail).
     pub(crate) fn occupy(
         &mut self,
         id: LinkId,
