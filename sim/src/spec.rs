@@ -141,6 +141,12 @@ pub struct NetworkSpec {
     /// their form and hash).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_bucket: Option<TokenBucketSpec>,
+    /// Messages larger than this many kilobytes (1,000 bytes) go by rendezvous: their data leaves
+    /// one round trip after the send, when the receiver has answered (MPI's protocol past its
+    /// eager limit; Open MPI's TCP transport's is 64 KiB). Absent: every message goes at once,
+    /// as before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous_kb: Option<f64>,
 }
 
 /// A token bucket shaping every link (each NIC both ways, each rack uplink and downlink), as
@@ -168,6 +174,7 @@ impl Default for NetworkSpec {
             transport: None,
             rto_ms: None,
             token_bucket: None,
+            rendezvous_kb: None,
         }
     }
 }
@@ -272,6 +279,12 @@ impl NetworkSpec {
         if let Some(b) = self.token_bucket {
             self.check_bucket(b)?;
         }
+        if let Some(kb) = self.rendezvous_kb {
+            non_negative("rendezvous_kb", kb)?;
+            if kb > 1e9 {
+                return bad("rendezvous_kb", format!("is {}; must be at most 1e9 (a terabyte)", num(kb)));
+            }
+        }
         Ok(())
     }
 
@@ -343,6 +356,7 @@ impl NetworkSpec {
                 depth_bytes: (b.depth_kb * 1e3).round() as u64,
                 peak: Bandwidth::from_gbps(b.peak_gbps),
             }),
+            rendezvous_bytes: self.rendezvous_kb.map(|kb| (kb * 1e3).round() as u64),
         }
     }
 }
@@ -681,6 +695,17 @@ mod tests {
             field(validate_faults(&two, 4).map_err(|e| e.under("faults"))),
             "faults: at most one `random` entry is allowed"
         );
+    }
+
+    #[test]
+    fn a_rendezvous_limit_is_checked_and_becomes_the_engines_bytes() {
+        let net = |kb| NetworkSpec { rendezvous_kb: Some(kb), ..Default::default() };
+        assert!(net(65.536).validate(4).is_ok());
+        assert_eq!(net(65.536).config().rendezvous_bytes, Some(65_536));
+        assert_eq!(NetworkSpec::default().config().rendezvous_bytes, None);
+        assert_eq!(field(net(-1.0).validate(4)), "rendezvous_kb: is -1; must be zero or a positive number");
+        assert_eq!(field(net(2e9).validate(4)), "rendezvous_kb: is 2000000000; must be at most 1e9 (a terabyte)");
+        assert!(!serde_json::to_string(&NetworkSpec::default()).unwrap().contains("rendezvous"));
     }
 
     #[test]

@@ -390,3 +390,41 @@ fn without_a_token_bucket_a_link_is_what_it_was() {
     let b = Bandwidth::from_gbps(1.0).transfer_time(100_000);
     assert_eq!(times, (1..=3).map(|k| SimTime::ZERO + LAT + SimDuration(k * b.0)).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_message_past_the_rendezvous_limit_leaves_one_round_trip_later() {
+    // 64 KiB and below go at once; above, the data leaves after a round trip (2 × latency), on
+    // the contention model and the analytic one alike.
+    for mode in [NetMode::Contention, NetMode::Analytic] {
+        let cfg = NetworkConfig {
+            latency: LAT,
+            bandwidth: Bandwidth::from_gbps(1.0),
+            rendezvous_bytes: Some(65_536),
+            mode,
+            ..NetworkConfig::default()
+        };
+        for (bytes, rtt) in [(65_536u64, 0u64), (65_537, 2)] {
+            let mut sim = cluster(2, cfg.clone());
+            sim.send(0, 1, bytes, 0).unwrap();
+            let transfer = Bandwidth::from_gbps(1.0).transfer_time(bytes);
+            let want = SimTime::ZERO + SimDuration(rtt * LAT.0) + LAT + transfer;
+            assert_eq!(deliveries(&mut sim)[0].0, want, "{mode:?}, {bytes} B");
+        }
+    }
+    // The sender's NIC is free during the handshake: a small message sent just after a large
+    // one is not held behind it, and the large one then waits for the small one's transfer.
+    let cfg = NetworkConfig {
+        latency: LAT,
+        bandwidth: Bandwidth::from_gbps(1.0),
+        rendezvous_bytes: Some(65_536),
+        ..NetworkConfig::default()
+    };
+    let mut sim = cluster(3, cfg);
+    sim.send(0, 1, 100_000, 0).unwrap();
+    sim.send(0, 2, 1_000, 1).unwrap();
+    let d = deliveries(&mut sim);
+    let (small, large) =
+        (Bandwidth::from_gbps(1.0).transfer_time(1_000), Bandwidth::from_gbps(1.0).transfer_time(100_000));
+    assert_eq!(d[0].0, SimTime::ZERO + LAT + small);
+    assert_eq!(d[1].0, SimTime::ZERO + SimDuration(2 * LAT.0) + LAT + large);
+}

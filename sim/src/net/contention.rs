@@ -7,7 +7,9 @@
 //! cannot outrun a slow one upstream. The message is delivered when its tail leaves the last
 //! link. Alone on an idle network this gives `latency + S/B`; k senders into one receiver finish
 //! at `latency + k·S/B`. A link with a token bucket sends at its peak while it has tokens (see
-//! [`super::TokenBucket`]).
+//! [`super::TokenBucket`]). A message sent by rendezvous is at its sender's egress one round trip
+//! after it is sent ([`Network::handshake`]), an event, so that what the sender sends meanwhile
+//! goes first.
 //!
 //! Head arrivals are normally events (the engine calls [`advance`] at their time), so links
 //! serve heads in arrival order. As an exact shortcut, a link is reserved without an event when
@@ -17,10 +19,20 @@
 //! is pending there. The shortcut changes no result, only the number of events.
 
 use super::{LinkId, Network, Next, Progress};
-use crate::time::SimTime;
+use crate::time::{SimDuration, SimTime};
 
-/// Reserves the sender's egress at `now` (and the next link too when that is safe).
+/// Reserves the sender's egress at `now` (and the next link too when that is safe); a message
+/// sent by rendezvous comes back (hop 0) when its handshake is over.
 pub fn begin(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64) -> Next {
+    let wait = net.handshake(from, to, bytes);
+    if wait > SimDuration::ZERO {
+        return Next::Hop(now + wait, Progress { hop: 0, tail: SimTime::ZERO });
+    }
+    depart(net, now, from, to, bytes)
+}
+
+/// The message's data leaves its sender at `now`.
+fn depart(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64) -> Next {
     let (path, len) = net.path(from, to);
     let latency = net.latency(from, to);
     let (start, tail) = net.occupy(path[0], now, bytes, SimTime::ZERO);
@@ -33,8 +45,12 @@ pub fn begin(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64
     Next::Hop(head, p)
 }
 
-/// The message's head has reached link `p.hop` of its path at `now` (a scheduled event).
+/// The message's head has reached link `p.hop` of its path at `now` (a scheduled event); hop 0:
+/// its rendezvous handshake is over.
 pub fn advance(net: &mut Network, now: SimTime, from: usize, to: usize, bytes: u64, p: Progress) -> Next {
+    if p.hop == 0 {
+        return depart(net, now, from, to, bytes);
+    }
     let (path, len) = net.path(from, to);
     *net.pending_mut(path[p.hop as usize]) -= 1;
     walk(net, now, &path[..len], bytes, p)

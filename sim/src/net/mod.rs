@@ -82,6 +82,10 @@ pub struct NetworkConfig {
     pub transport: Transport,
     /// A token bucket on every link (default none).
     pub token_bucket: Option<TokenBucket>,
+    /// Messages larger than this many bytes are sent by rendezvous (default none: every
+    /// message eagerly): their data leaves one round trip after the send, once the receiver has
+    /// answered the sender's request, as MPI sends messages past its eager limit (LogGPS's S).
+    pub rendezvous_bytes: Option<u64>,
 }
 
 /// A token bucket on a link: tokens accrue at the link's bandwidth up to `depth_bytes`; while
@@ -150,6 +154,7 @@ impl Default for NetworkConfig {
             mode: NetMode::Contention,
             transport: Transport::Datagram,
             token_bucket: None,
+            rendezvous_bytes: None,
         }
     }
 }
@@ -197,6 +202,7 @@ pub struct Network {
     pending: Vec<u32>,
     /// Each link's token bucket, when the links have one.
     buckets: Vec<Bucket>,
+    rendezvous_bytes: Option<u64>,
     nodes: usize,
 }
 
@@ -255,6 +261,7 @@ impl Network {
             links,
             pending,
             buckets,
+            rendezvous_bytes: cfg.rendezvous_bytes,
             nodes,
         })
     }
@@ -284,6 +291,15 @@ impl Network {
                     base + core_latency
                 }
             }
+        }
+    }
+
+    /// How long a message of `bytes` from `from` to `to` waits before its data leaves: a round
+    /// trip where it goes by rendezvous, else nothing.
+    pub fn handshake(&self, from: usize, to: usize, bytes: u64) -> SimDuration {
+        match self.rendezvous_bytes {
+            Some(limit) if bytes > limit => SimDuration(2 * self.latency(from, to).0),
+            _ => SimDuration::ZERO,
         }
     }
 
