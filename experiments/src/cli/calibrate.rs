@@ -35,7 +35,8 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     let spec = a.spec.map(|p| dsgd_experiments::load::spec_from_file(&p, &[])).transpose()?;
     let universe = dsgd_experiments::real::init()?;
     let world = universe.world();
-    let Some(c) = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref(), a.token_bucket)? else {
+    let calibrated = dsgd_experiments::calibrate::calibrate(&world, spec.as_ref(), a.token_bucket);
+    let Some(c) = super::mpi::or_abort(&world, calibrated) else {
         return Ok(ExitCode::SUCCESS);
     };
     say!(out, "  {:>9}  {:>14}  {:>14}  {:>14}", "bytes", "one way, pair", "all pairs", "ring round");

@@ -21,6 +21,20 @@ fn mpi_job_size() -> usize {
         .unwrap_or(1)
 }
 
+/// `r`, or, where it failed on this rank, the error said and the whole job ended (exit 1): the
+/// other ranks would otherwise wait for this one in their next collective for ever.
+#[cfg(feature = "mpi")]
+pub fn or_abort<T>(world: &mpi::topology::SimpleCommunicator, r: dsgd_experiments::Result<T>) -> T {
+    use mpi::traits::Communicator;
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e} (rank {} of {}; ending every rank)", world.rank(), world.size());
+            world.abort(1)
+        }
+    }
+}
+
 /// Without MPI: refuses to run a sweep as one of several ranks (each would run all of it).
 #[cfg(not(feature = "mpi"))]
 pub fn sweep(

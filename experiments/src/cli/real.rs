@@ -39,7 +39,8 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
         eprintln!("error: {} already exists; choose another --out (nothing was run)", dest.display());
         world.abort(2);
     }
-    if let Some(s) = real::real(&world, &spec, &dest)? {
+    let ran = real::real(&world, &spec, &dest);
+    if let Some(s) = super::mpi::or_abort(&world, ran) {
         say!(out, "{} with {} nodes for real on {} MPI ranks: {}", s.algorithm, s.nodes, world.size(), s.stop_reason);
         say!(
             out,

@@ -45,7 +45,8 @@ pub fn run(a: Args, out: Out) -> anyhow::Result<ExitCode> {
     }
     let universe = real::init()?;
     let world = universe.world();
-    let Some(v) = real::validate(&world, &specs, a.token_bucket)? else { return Ok(ExitCode::SUCCESS) };
+    let validated = real::validate(&world, &specs, a.token_bucket);
+    let Some(v) = super::mpi::or_abort(&world, validated) else { return Ok(ExitCode::SUCCESS) };
     let (rows, dir) = (&v.comparisons, &a.out);
     let table = real::table(rows);
     say!(out, "{table}");
