@@ -163,7 +163,7 @@ for attempt in 1 2; do
   mpirun "${root[@]}" --oversubscribe -np "$hosts" --hostfile "$work/hostfile" \
     --mca plm_rsh_agent "$work/agent" \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
-    --mca btl_tcp_progress_thread 1 \
+    --mca btl_tcp_progress_thread 1 --mca btl_tcp_eager_limit 65536 \
     "$@" &
   mpirun_pid=$!
   set +e

@@ -15,8 +15,8 @@
 //! - **Gradients**: the spec's workload steps, timed on every worker rank at once (as in a run,
 //!   where the workers compute side by side on the same cores).
 
-use crate::shaping;
 use crate::spec::Spec;
+use crate::{collective_fit, shaping};
 use crate::{Error, Result};
 use dsgd_runtime::collectives::{CollectiveKind, Run, Schedule};
 use dsgd_runtime::mpi_exec::inbox::Inbox;
@@ -26,7 +26,7 @@ use dsgd_runtime::protocols::sync::SyncMsg;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const TAG: i32 = 7;
 
@@ -114,7 +114,14 @@ pub struct Calibration {
     pub streams: Option<shaping::Streams>,
     /// The token bucket they show, if they show one: then the spec parts use it.
     pub bucket: Option<shaping::BucketFit>,
+    /// A server's NIC under its workers' traffic, where the spec has servers, Gbit/s
+    /// ([`shaping::incast`]; reported, not in the spec parts).
+    pub incast_gbps: Option<f64>,
 }
+
+/// The largest message Open MPI's TCP transport sends eagerly (`btl_tcp_eager_limit`, which
+/// `netns_cluster.sh` pins): a larger one goes by rendezvous, its data after a round trip.
+pub const EAGER_LIMIT: usize = 65_536;
 
 /// Receives one message the way the executor does: by polling its inbox (matched probes and
 /// non-blocking receives), advancing this rank's sends, with the executor's pause when nothing is there.
@@ -169,8 +176,9 @@ fn ring(world: &SimpleCommunicator, sizes: &[usize], reps: usize) -> Vec<f64> {
 
 /// Mean wall time of the spec's own all-reduce of a `dim`-element vector, run as the
 /// synchronous protocol runs it (its schedule, the executor's codec and sends, a polling
-/// receiver) on every rank at once; seconds.
-pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, reps: usize) -> f64 {
+/// receiver) on every rank at once, each rank pausing `gap` before each one (a run's gradient:
+/// a shaped link's bucket refills meanwhile, as in a run); seconds, the pauses not counted.
+pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, reps: usize, gap: Duration) -> f64 {
     let (me, n) = (world.rank() as usize, world.size() as usize);
     let mut out = Outbox::new();
     let mut inbox = Inbox::new();
@@ -179,6 +187,7 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
     let mut early: BTreeMap<(u64, u32), Vec<f32>> = BTreeMap::new();
     world.barrier();
     for it in 0..reps as u64 + 2 {
+        std::thread::sleep(gap);
         let t = Instant::now();
         let mut run = Run::new(Schedule::new(kind, n, me, dim), vec![0.5f32; dim], dim);
         // Rounds of this all-reduce that came early, while the last one ran, as in the protocol.
@@ -420,13 +429,14 @@ pub fn step_summary(steps: &[Vec<f64>], floor_s: f64) -> Option<(f64, f64)> {
 }
 
 /// The mean time of a synchronous spec's own all-reduce of its model on every rank (when the
-/// spec has one rank a worker and as many workers as ranks), seconds.
-pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<f64>> {
+/// spec has one rank a worker and as many workers as ranks), `reps` times, each after a pause of
+/// `gap` ([`all_reduce`]), seconds.
+pub fn spec_all_reduce(world: &SimpleCommunicator, spec: &Spec, gap: Duration, reps: usize) -> Result<Option<f64>> {
     let r = spec.resolve()?;
     match spec.algorithm.sync() {
         Some(c) if Pattern::of(spec, r.workers) == Pattern::Ring && r.workers == world.size() as usize => {
             let dim = dsgd_runtime::collectives::wire_params(r.workload.as_ref());
-            Ok(Some(all_reduce(world, c.collective, dim, 20)))
+            Ok(Some(all_reduce(world, c.collective, dim, reps, gap)))
         }
         _ => Ok(None),
     }
@@ -445,21 +455,45 @@ pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>, token_bucket: 
     let bulk = spec.map(|s| bulk_message(s, ranks)).transpose()?.unwrap_or(largest);
     let points = ping_pong(world, &sizes_for(&[largest], &[bulk]), 30);
     let streams = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
+    // A server's NIC under its workers' traffic, where the spec has servers.
+    let server = spec.filter(|s| token_bucket && s.nodes < ranks).map(|s| s.nodes as i32);
+    let server_bps = server.and_then(|s| shaping::incast(world, s, bulk, 3));
     let steps = match spec {
         Some(s) => step_times(world, s, 10)?,
         None => Vec::new(),
     };
     let pattern = spec.map_or(Pattern::Ring, |s| Pattern::of(s, ranks));
+    // The spec's all-reduce, each after a pause of a measured step (the spec's step time for a
+    // timing workload).
+    let all: Vec<f64> = steps.iter().flatten().copied().collect();
+    let gap_s = match (spec, all.is_empty()) {
+        (_, false) => all.iter().sum::<f64>() / all.len() as f64,
+        (Some(s), true) => s.compute.step_time_ms / 1e3,
+        (None, true) => 0.0,
+    };
     let collective = match spec {
-        Some(s) => spec_all_reduce(world, s)?,
+        Some(s) => spec_all_reduce(world, s, Duration::from_secs_f64(gap_s), 20)?,
         None => None,
     };
-    Ok(points.map(|points| {
-        let fit = fits(&points, largest, bulk, pattern);
-        let pattern_fits =
-            [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, bulk, p)).to_vec();
-        let bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern));
-        Calibration { points, fit, pattern_fits, step_s: steps, all_reduce_s: collective, streams, bucket }
+    let Some(points) = points else { return Ok(None) };
+    let fit = fits(&points, largest, bulk, pattern);
+    let pattern_fits = [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, bulk, p)).to_vec();
+    let mut bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern));
+    if let (Some(b), Some(t), Some(s)) = (bucket, collective, spec) {
+        let mut shaped = s.clone();
+        shaped.network.rendezvous_kb = Some(EAGER_LIMIT as f64 / 1e3);
+        bucket = Some(collective_fit::fit(b, t, |b| collective_fit::simulated_all_reduce(&shaped, b, gap_s, 20))?);
+    }
+    let incast_gbps = server_bps.map(|r| r * 8.0 / 1e9);
+    Ok(Some(Calibration {
+        points,
+        fit,
+        pattern_fits,
+        step_s: steps,
+        all_reduce_s: collective,
+        streams,
+        bucket,
+        incast_gbps,
     }))
 }
 
@@ -467,13 +501,19 @@ impl Calibration {
     /// The network and compute parts of a spec, as JSON; `floor_ms` is the spec's step time.
     pub fn spec_parts(&self, floor_ms: f64) -> serde_json::Value {
         let mut v = match self.bucket {
-            Some(b) => serde_json::json!({
-                "network": {
+            Some(b) => {
+                let mut shaped = Spec::default();
+                collective_fit::with_bucket(&mut shaped, b);
+                let mut network = serde_json::json!({
                     "latency_us": b.latency_us,
                     "bandwidth_gbps": b.bandwidth_gbps,
-                    "token_bucket": {"depth_kb": b.depth_kb, "peak_gbps": b.peak_gbps}
+                    "rendezvous_kb": EAGER_LIMIT as f64 / 1e3
+                });
+                if let Some(t) = shaped.network.token_bucket {
+                    network["token_bucket"] = serde_json::json!({"depth_kb": t.depth_kb, "peak_gbps": t.peak_gbps});
                 }
-            }),
+                serde_json::json!({ "network": network })
+            }
             None => serde_json::json!({
                 "network": {"latency_us": self.fit.latency_us, "bandwidth_gbps": self.fit.bandwidth_gbps}
             }),

@@ -11,7 +11,8 @@
 //!   target at each node count, and whether significantly; [`plot`]: the figures.
 //! - `real` (feature `mpi`): real runs and validation; `calibrate` (feature `mpi`): message
 //!   times per size and pattern, the spec's all-reduce and gradient steps; `shaping` (feature
-//!   `mpi`): streams that show a link's token bucket, and its fit.
+//!   `mpi`): streams that show a link's token bucket, and its fit; `collective_fit` (feature
+//!   `mpi`): that bucket fitted to a spec's own all-reduce, with the simulator in the loop.
 //! - [`torture`]: the deterministic simulation tester (`dsgd torture`): seeded random scenarios
 //!   with faults, checked invariants and liveness, shrinking and a coverage table.
 //! - [`error`]: the library's errors, one enum a caller can match.
@@ -22,6 +23,8 @@ pub mod analysis;
 pub mod bounds;
 #[cfg(feature = "mpi")]
 pub mod calibrate;
+#[cfg(feature = "mpi")]
+pub mod collective_fit;
 pub mod diff;
 pub mod error;
 pub mod execute;

@@ -4,10 +4,9 @@
 use crate::calibrate;
 use crate::execute::{write_run, Outcome};
 use crate::output::Summary;
-use crate::shaping;
-use crate::spec::{FaultSpec, FieldError, Spec, TokenBucketSpec, TopologySpec};
+use crate::spec::{FaultSpec, FieldError, Spec, TopologySpec};
+use crate::{collective_fit, shaping};
 use crate::{Error, Result};
-use dsgd_runtime::collectives::CollectiveKind;
 use dsgd_runtime::mpi_exec::{run_real, RealConfig, RealCrash, RealError};
 use dsgd_runtime::outcome::RunResult;
 use dsgd_runtime::protocol::Protocol;
@@ -16,10 +15,11 @@ use dsgd_runtime::runner::{with_roles, AlgorithmConfig, Drive};
 use dsgd_runtime::timing::Recording;
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::Root;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Starts MPI with full thread support (the executor sends from a thread of its own).
 pub fn init() -> Result<Universe> {
@@ -193,6 +193,13 @@ pub struct Comparison {
     /// The real ranks' mean wall time per handled message (decode, the protocol's work, the
     /// answers' encoding), microseconds, over all ranks.
     pub handling_us: f64,
+    /// A synchronous spec's all-reduce on the shaped network, each after a pause of the run's
+    /// mean gradient, seconds: as timed, and as the simulator takes it under the network fitted
+    /// to it ([`collective_fit`]).
+    pub all_reduce_s: Option<[f64; 2]>,
+    /// A server's NIC under its workers' traffic, Gbit/s ([`shaping::incast`]; reported, not
+    /// given to the simulator).
+    pub incast_gbps: Option<f64>,
     /// The workers' measured time per received message that the simulator charged
     /// (`compute.receive_time_us`), microseconds; `None` for sync with a message-level
     /// collective, whose chunks `charged_us` covers.
@@ -227,25 +234,39 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) 
         let sizes = calibrate::sizes_for(&[big], &[bulk]);
         let before = calibrate::ping_pong(world, &sizes, 60);
         let streams_before = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
-        let all_reduce = if token_bucket { calibrate::spec_all_reduce(world, spec)? } else { None };
+        // A server's NIC under its workers' traffic (the first server's, for every server).
+        let server = (token_bucket && spec.nodes < ranks).then_some(spec.nodes as i32);
+        let incast_before = server.and_then(|s| shaping::incast(world, s, bulk, 3));
         let real = run_spec(world, spec)?;
         let after = calibrate::ping_pong(world, &sizes, 60);
         let streams_after = if token_bucket { shaping::stream(world, bulk, 10) } else { None };
+        let incast_after = server.and_then(|s| shaping::incast(world, s, bulk, 3));
+        // A synchronous spec's all-reduce, each after a pause of the run's mean gradient.
+        let mut gap_ms = real.as_ref().and_then(|o| mean_gradient_ms(&o.result)).unwrap_or(spec.compute.step_time_ms);
+        world.process_at_rank(0).broadcast_into(&mut gap_ms);
+        let all_reduce = match token_bucket {
+            true => calibrate::spec_all_reduce(world, spec, Duration::from_secs_f64(gap_ms / 1e3), 40)?,
+            false => None,
+        };
         let (Some(real), Some(before), Some(after)) = (real, before, after) else { continue };
         let points = calibrate::mean_points(&before, &after);
         let pattern = calibrate::Pattern::of(spec, ranks);
         let fit = calibrate::fits(&points, big, bulk, pattern);
         let handling = handling_us(&real.result, 0..real.result.handling.len());
         let streams = streams_before.zip(streams_after).map(|(a, b)| a.shortest(&b));
-        let bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern)).map(|b| {
-            match (all_reduce, spec.algorithm.sync()) {
-                (Some(t), Some(c)) if c.collective == CollectiveKind::Ring => {
-                    shaping::cap_ring(b, t, 2 * (ranks - 1), bulk, handling * 1e-6)
-                }
-                _ => b,
-            }
-        });
-        let sim_spec = replay_spec(spec, &fit, bucket, &real.result);
+        // The faster of the two, as for the streams: what else the machine did only adds time.
+        let incast_gbps = incast_before.zip(incast_after).map(|(a, b)| a.max(b) * 8.0 / 1e9);
+        let mut bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern));
+        let mut sim_spec = replay_spec(spec, &fit, bucket, &real.result);
+        // A synchronous spec's network, fitted to its all-reduce with the simulator in the loop.
+        let mut all_reduce_s = None;
+        if let (Some(b), Some(t)) = (bucket, all_reduce) {
+            let gap = gap_ms / 1e3;
+            let b = collective_fit::fit(b, t, |b| collective_fit::simulated_all_reduce(&sim_spec, b, gap, 40))?;
+            all_reduce_s = Some([t, collective_fit::simulated_all_reduce(&sim_spec, b, gap, 40)?]);
+            bucket = Some(b);
+            sim_spec = replay_spec(spec, &fit, bucket, &real.result);
+        }
         let recording = real.result.recording.as_ref().map(extended);
         let sim = crate::execute::execute_with(&sim_spec, false, recording)?;
         let (metric, r) = headline(&real.summary);
@@ -265,6 +286,8 @@ pub fn validate(world: &SimpleCommunicator, specs: &[Spec], token_bucket: bool) 
             streams,
             charged_us: charged_time(&sim_spec.algorithm),
             handling_us: handling,
+            all_reduce_s,
+            incast_gbps,
             receive_us: charges_receive(&sim_spec.algorithm).then_some(sim_spec.compute.receive_time_us),
             points,
         });
@@ -307,9 +330,8 @@ fn replay_spec(spec: &Spec, fit: &calibrate::Fit, bucket: Option<shaping::Bucket
             if let TopologySpec::Racks { uplink_gbps, .. } = &mut s.network.topology {
                 *uplink_gbps *= b.bandwidth_gbps / spec.network.bandwidth_gbps;
             }
-            s.network.latency_us = b.latency_us;
-            s.network.bandwidth_gbps = b.bandwidth_gbps;
-            s.network.token_bucket = Some(TokenBucketSpec { depth_kb: b.depth_kb, peak_gbps: b.peak_gbps });
+            collective_fit::with_bucket(&mut s, b);
+            s.network.rendezvous_kb = Some(calibrate::EAGER_LIMIT as f64 / 1e3);
         }
         None => {
             s.network.latency_us = fit.latency_us;
@@ -426,8 +448,12 @@ pub fn table(rows: &[Comparison]) -> String {
 fn network_fit(r: &Comparison) -> String {
     match r.bucket {
         Some(b) => format!(
-            "token bucket: {:.1} us, {:.3} Gbit/s, {:.0} kB at {:.2} Gbit/s",
-            b.latency_us, b.bandwidth_gbps, b.depth_kb, b.peak_gbps
+            "token bucket: {:.1} us, {:.3} Gbit/s, {:.0} kB at {:.2} Gbit/s{}",
+            b.latency_us,
+            b.bandwidth_gbps,
+            b.depth_kb,
+            b.peak_gbps,
+            r.incast_gbps.map_or(String::new(), |g| format!("; server incast {g:.3} Gbit/s (not used)"))
         ),
         None => {
             let f = &r.fit;
