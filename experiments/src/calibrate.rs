@@ -187,7 +187,14 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
     let mut early: BTreeMap<(u64, u32), Vec<f32>> = BTreeMap::new();
     world.barrier();
     for it in 0..reps as u64 + 2 {
-        std::thread::sleep(gap);
+        // The pause as a rank's gradient is waited for in a run: looking at its messages every
+        // `IDLE_PAUSE` (chunks from ranks that already began the next all-reduce may come).
+        let until = Instant::now() + gap;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            out.progress();
+            inbox.progress();
+            std::thread::sleep(left.min(mpi_exec::IDLE_PAUSE));
+        }
         let t = Instant::now();
         let mut run = Run::new(Schedule::new(kind, n, me, dim), vec![0.5f32; dim], dim);
         // Rounds of this all-reduce that came early, while the last one ran, as in the protocol.
