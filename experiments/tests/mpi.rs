@@ -393,10 +393,14 @@ fn the_simulator_predicts_runs_across_an_emulated_network() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("v/validation.json")).unwrap()).unwrap();
     for r in v["comparisons"].as_array().unwrap() {
-        assert!(r["bucket"]["depth_kb"].as_f64().is_some_and(|d| d > 4.0), "streams show the token bucket: {r}");
+        // Streams of the spec's messages: the ring's 250 kB chunks show the token bucket; the
+        // server's 4 MB messages, of which the bucket is 3%, may not (then the plain fit).
+        let t = r["streams"]["times_s"].as_array().unwrap();
+        assert!(t[1].as_f64().unwrap() > t[0].as_f64().unwrap(), "{r}");
         // The ring's network is fitted to its all-reduce (the simulator's within 1% of the
         // timing); the server's NIC is timed under its workers' traffic.
         if r["name"] == "real-sync-large" {
+            assert!(r["bucket"]["depth_kb"].as_f64().is_some_and(|d| d > 4.0), "streams show the token bucket: {r}");
             let [t, s] = [0, 1].map(|i| r["all_reduce_s"][i].as_f64().unwrap());
             assert!(t > 0.0 && (s >= t * 0.99), "{r}");
         } else {
