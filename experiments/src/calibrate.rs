@@ -485,7 +485,8 @@ pub fn calibrate(world: &SimpleCommunicator, spec: Option<&Spec>, token_bucket: 
     let Some(points) = points else { return Ok(None) };
     let fit = fits(&points, largest, bulk, pattern);
     let pattern_fits = [Pattern::Pair, Pattern::Pairs, Pattern::Ring].map(|p| fits(&points, largest, bulk, p)).to_vec();
-    let mut bucket = streams.and_then(|s| shaping::fit(&points, &s, pattern));
+    let start = if collective.is_some() { Pattern::Pair } else { pattern };
+    let mut bucket = streams.and_then(|s| shaping::fit(&points, &s, start));
     if let (Some(b), Some(t), Some(s)) = (bucket, collective, spec) {
         let mut shaped = s.clone();
         shaped.network.rendezvous_kb = Some(EAGER_LIMIT as f64 / 1e3);

@@ -5,9 +5,11 @@
 //! all the NICs' traffic and every rank's reductions besides: eight ranks' rounds of 125 kB took
 //! 1.9 ms where one stream's rate gives 1.2 ms, and within the bucket far longer than its peak
 //! shows. So for a spec whose traffic is its all-reduce, the all-reduce is timed as a run does it
-//! (every rank at once, each after a pause of the spec's step time, in which the buckets refill:
-//! [`crate::calibrate::all_reduce`]), and the network is the one under which the simulator's
-//! all-reduce takes that time ([`fit`]): the pair's bucket if the simulator is already as slow;
+//! (every rank at once, each after a pause of a gradient's time, in which the buckets refill,
+//! waited as a rank waits for its gradient: [`crate::calibrate::all_reduce`]), and the network
+//! is the one under which the simulator's all-reduce takes that time ([`fit`]), starting from
+//! the pair's bucket and latency (the timing holds what all ranks at once add): that bucket if
+//! the simulator is already as slow;
 //! else its peak lowered towards the rate; else, the bucket gone, the rate lowered. Each
 //! simulated all-reduce is the replay's spec run with a timing workload of the same messages and
 //! steps of the pause ([`simulated_all_reduce`]).
