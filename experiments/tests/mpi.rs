@@ -406,10 +406,10 @@ fn the_simulator_predicts_runs_across_an_emulated_network() {
         } else {
             assert!(r["incast_gbps"].as_f64().is_some_and(|g| g > 0.1), "{r}");
         }
-        // The replayed spec sends past Open MPI's eager limit by rendezvous.
+        // With a fitted bucket, the replayed spec sends past Open MPI's eager limit by rendezvous.
         let name = r["name"].as_str().unwrap();
         let replay = std::fs::read_to_string(dir.path().join("v/runs").join(name).join("spec.json")).unwrap();
-        assert!(replay.contains("\"rendezvous_kb\": 65.536"), "{replay}");
+        assert_eq!(replay.contains("\"rendezvous_kb\": 65.536"), r["bucket"].is_object(), "{replay}");
     }
     // A real run's time is a measurement on a shared machine: one that other work disturbed
     // (+15.7% once in CI, against a few percent on a quiet machine) is measured once more.
