@@ -202,7 +202,7 @@ pub fn all_reduce(world: &SimpleCommunicator, kind: CollectiveKind, dim: usize, 
         for ((_, round), data) in std::mem::replace(&mut early, later) {
             run.deliver(round, data);
         }
-        while !run.poll(&mut outgoing) {
+        while !run.poll(|o| outgoing.push(o)) {
             for o in outgoing.drain(..) {
                 let msg = SyncMsg::Chunk { view: 0, iter: it, bucket: 0, round: o.round, data: o.data };
                 out.send(o.to as i32, TAG, mpi_exec::encode(&msg));

@@ -14,7 +14,7 @@ use crate::digest::Digest;
 use crate::error::{Result, SimError};
 use crate::faults::{Fault, FaultConfig, LossWindow, PartitionWindow, RandomFailures};
 use crate::net::{Network, NetworkConfig, Next, Progress};
-use crate::queue::{EventKey, EventQueue};
+use crate::queue::{EventKey, EventQueue, Popped};
 use crate::rng::{StreamRng, Streams};
 use crate::time::{SimDuration, SimTime};
 use crate::trace::{EventKind, Trace, TraceRecord};
@@ -174,6 +174,43 @@ struct Transit<M> {
 #[derive(Clone, Copy)]
 struct InFlight(u32);
 
+/// Bits of an inline event's code that hold the message's index (the two above say its stage).
+const INLINE_ID_BITS: u32 = 29;
+const INLINE_ID_MAX: u32 = (1 << INLINE_ID_BITS) - 1;
+const _: () = assert!((Stage::Resend as u32) << INLINE_ID_BITS | INLINE_ID_MAX == crate::queue::INLINE_MAX);
+
+/// Which event of a message's journey is next.
+#[derive(Clone, Copy)]
+enum Stage {
+    Hop = 0,
+    Deliver = 1,
+    Received = 2,
+    Resend = 3,
+}
+
+impl Stage {
+    fn event(self, id: InFlight) -> Ev {
+        match self {
+            Stage::Hop => Ev::Hop(id),
+            Stage::Deliver => Ev::Deliver(id),
+            Stage::Received => Ev::Received(id),
+            Stage::Resend => Ev::Resend(id),
+        }
+    }
+
+    /// The event an inline code stands for.
+    #[inline]
+    fn decode(code: u32) -> Ev {
+        let id = InFlight(code & INLINE_ID_MAX);
+        match code >> INLINE_ID_BITS {
+            0 => Ev::Hop(id),
+            1 => Ev::Deliver(id),
+            2 => Ev::Received(id),
+            _ => Ev::Resend(id),
+        }
+    }
+}
+
 enum Ev {
     Timer {
         node: u32,
@@ -315,17 +352,20 @@ impl<M> Sim<M> {
         self.queue.schedule(at, ev)
     }
 
-    /// Schedules the next event of a message in transit (`stage` names which).
-    fn push_transit(&mut self, at: SimTime, stage: fn(InFlight) -> Ev, tr: Transit<M>) -> Result<EventKey> {
-        let id = InFlight(u32::try_from(self.transits.insert(tr)).expect("fewer than 2^32 messages in transit"));
-        let key = self.push(at, stage(id));
-        if key.is_err() {
-            self.transits.remove(id.0 as usize);
+    /// Schedules the next event of message `id` (`stage` names which): inline in the queue (a
+    /// message's events are never cancelled or moved), through a slot when its index does not
+    /// fit in an inline code. The message stays in its slot of the slab from its send to its
+    /// end, changed in place, so that no event copies it.
+    #[inline]
+    fn schedule_transit(&mut self, at: SimTime, stage: Stage, id: InFlight) -> Result<()> {
+        if id.0 <= INLINE_ID_MAX {
+            self.queue.schedule_inline(at, (stage as u32) << INLINE_ID_BITS | id.0)
+        } else {
+            self.push(at, stage.event(id)).map(|_| ())
         }
-        key
     }
 
-    /// Takes a message out of transit as its event pops.
+    /// Ends message `id`'s journey: it leaves the slab.
     fn take_transit(&mut self, id: InFlight) -> Transit<M> {
         self.transits.remove(id.0 as usize)
     }
@@ -391,15 +431,13 @@ impl<M> Sim<M> {
         let mut per_sender: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let mut b =
             Backlog { events: self.queue.len(), growth_bytes: self.pending_growth_bytes(), ..Backlog::default() };
-        for (_, ev) in self.queue.pending() {
-            if let Ev::Hop(id) | Ev::Deliver(id) | Ev::Received(id) | Ev::Resend(id) = ev {
-                let tr = &self.transits[id.0 as usize];
-                b.messages += 1;
-                b.wire_bytes += tr.bytes;
-                let e = per_sender.entry(tr.from).or_default();
-                e.0 += 1;
-                e.1 += tr.bytes;
-            }
+        // Every message in transit has one pending event.
+        for (_, tr) in &self.transits {
+            b.messages += 1;
+            b.wire_bytes += tr.bytes;
+            let e = per_sender.entry(tr.from).or_default();
+            e.0 += 1;
+            e.1 += tr.bytes;
         }
         let now = self.now();
         (b.senders, b.nodes) = (per_sender.len(), self.nodes());
@@ -460,21 +498,24 @@ impl<M> Sim<M> {
             progress: Progress { hop: 0, tail: now },
             payload,
         };
-        self.launch(now, tr)
+        let id = InFlight(u32::try_from(self.transits.insert(tr)).expect("fewer than 2^32 messages in transit"));
+        let launched = self.launch(now, id);
+        if launched.is_err() {
+            self.transits.remove(id.0 as usize);
+        }
+        launched
     }
 
     /// Puts (an attempt of) a message on the wire at `now`.
-    fn launch(&mut self, now: SimTime, mut tr: Transit<M>) -> Result<()> {
+    fn launch(&mut self, now: SimTime, id: InFlight) -> Result<()> {
+        let tr = &mut self.transits[id.0 as usize];
         match self.net.begin(now, tr.from as usize, tr.to as usize, tr.bytes) {
             Next::Hop(at, p) => {
                 tr.progress = p;
-                self.push_transit(at, Ev::Hop, tr)?;
+                self.schedule_transit(at, Stage::Hop, id)
             }
-            Next::Deliver(at) => {
-                self.push_transit(at, Ev::Deliver, tr)?;
-            }
+            Next::Deliver(at) => self.schedule_transit(at, Stage::Deliver, id),
         }
-        Ok(())
     }
 
     fn draw_loss(&mut self, now: SimTime) -> bool {
@@ -559,9 +600,9 @@ impl<M> Sim<M> {
     /// Returns `None` when nothing is pending.
     pub fn step(&mut self) -> Option<(SimTime, Occurrence<M>)> {
         loop {
-            let (now, _key, ev) = self.queue.pop()?;
+            let (now, key, ev) = self.pop_until(SimTime(u64::MAX))?;
             self.stats.events += 1;
-            if let Some(occ) = self.process(now, _key, ev) {
+            if let Some(occ) = self.process(now, key, ev) {
                 return Some((now, occ));
             }
         }
@@ -575,13 +616,22 @@ impl<M> Sim<M> {
 
     /// Like [`Sim::step`], but stops (returning `None`) before any event later than `until`.
     pub fn step_until(&mut self, until: SimTime) -> Option<(SimTime, Occurrence<M>)> {
-        while let Some((now, key, ev)) = self.queue.pop_until(until) {
+        while let Some((now, key, ev)) = self.pop_until(until) {
             self.stats.events += 1;
             if let Some(occ) = self.process(now, key, ev) {
                 return Some((now, occ));
             }
         }
         None
+    }
+
+    /// The next event due at or before `until` (a message's inline one with no key).
+    #[inline]
+    fn pop_until(&mut self, until: SimTime) -> Option<(SimTime, EventKey, Ev)> {
+        Some(match self.queue.pop_any_until(until)? {
+            (now, Popped::Slot(key, ev)) => (now, key, ev),
+            (now, Popped::Inline(code)) => (now, EventKey(u64::MAX), Stage::decode(code)),
+        })
     }
 
     /// Handles one event popped at `now`; `Some` when a protocol must see it.
@@ -602,27 +652,22 @@ impl<M> Sim<M> {
                 Some(Occurrence::ComputeDone { node: node as usize, job: JobId(job), started })
             }
             Ev::Hop(id) => {
-                let tr = self.take_transit(id);
-                self.hop(now, tr);
+                self.hop(now, id);
                 None
             }
-            Ev::Deliver(id) => {
-                let tr = self.take_transit(id);
-                self.deliver(now, tr)
-            }
+            Ev::Deliver(id) => self.deliver(now, id),
             Ev::Received(id) => {
-                let tr = self.take_transit(id);
+                let tr = &self.transits[id.0 as usize];
                 let to = tr.to as usize;
                 // A node that crashed while the message waited never handles it.
                 let up = self.nodes[to].up && self.nodes[to].inc == tr.dst_inc;
                 if !up {
                     self.stats.lost_crash += 1;
                 }
-                self.hand_over(now, if up { EventKind::Deliver } else { EventKind::DropCrash }, tr)
+                self.hand_over(now, if up { EventKind::Deliver } else { EventKind::DropCrash }, id)
             }
             Ev::Resend(id) => {
-                let tr = self.take_transit(id);
-                self.resend(now, tr);
+                self.resend(now, id);
                 None
             }
             Ev::Crash { node, random } => self.set_up(now, node, random, false),
@@ -636,15 +681,17 @@ impl<M> Sim<M> {
     }
 
     /// A message's head reached its next link: it moves on, or is delivered when it has arrived.
-    fn hop(&mut self, now: SimTime, mut tr: Transit<M>) {
-        self.record(now, now, EventKind::NetHop, tr.to, tr.from, tr.bytes);
-        match self.net.advance(now, tr.from as usize, tr.to as usize, tr.bytes, tr.progress) {
+    fn hop(&mut self, now: SimTime, id: InFlight) {
+        let tr = &self.transits[id.0 as usize];
+        let (from, to, bytes, progress) = (tr.from, tr.to, tr.bytes, tr.progress);
+        self.record(now, now, EventKind::NetHop, to, from, bytes);
+        match self.net.advance(now, from as usize, to as usize, bytes, progress) {
             Next::Hop(at, p) => {
-                tr.progress = p;
-                self.push_transit(at, Ev::Hop, tr).expect("hops move forward in time");
+                self.transits[id.0 as usize].progress = p;
+                self.schedule_transit(at, Stage::Hop, id).expect("hops move forward in time");
             }
             Next::Deliver(at) => {
-                self.push_transit(at, Ev::Deliver, tr).expect("deliveries move forward in time");
+                self.schedule_transit(at, Stage::Deliver, id).expect("deliveries move forward in time");
             }
         }
     }
@@ -652,17 +699,19 @@ impl<M> Sim<M> {
     /// A message arrived: a lost one is sent again (reliable transport) or dropped, one to or
     /// from a crashed incarnation or across a partition is dropped, and a delivered one waits
     /// for its host's receive time if there is one.
-    fn deliver(&mut self, now: SimTime, mut tr: Transit<M>) -> Option<Occurrence<M>> {
+    fn deliver(&mut self, now: SimTime, id: InFlight) -> Option<Occurrence<M>> {
+        let tr = &mut self.transits[id.0 as usize];
         let (from, to) = (tr.from as usize, tr.to as usize);
         if let (true, crate::net::Transport::Reliable { rto }) = (tr.lost, self.transport) {
             // The sender's timeout for this attempt: rto, doubled per earlier loss.
             let wait = rto.mul_f64(f64::from(1u32 << tr.attempt.min(6)));
             let at = (tr.attempt_at + wait).max(now);
-            self.stats.retransmissions += 1;
-            self.stats.retransmission_wait = self.stats.retransmission_wait + (at - tr.attempt_at);
-            self.record(now, tr.attempt_at, EventKind::Retransmit, tr.to, tr.from, tr.bytes);
+            let (attempt_at, node, peer, bytes) = (tr.attempt_at, tr.to, tr.from, tr.bytes);
             tr.attempt += 1;
-            self.push_transit(at, Ev::Resend, tr).expect("retransmissions move forward in time");
+            self.stats.retransmissions += 1;
+            self.stats.retransmission_wait = self.stats.retransmission_wait + (at - attempt_at);
+            self.record(now, attempt_at, EventKind::Retransmit, node, peer, bytes);
+            self.schedule_transit(at, Stage::Resend, id).expect("retransmissions move forward in time");
             return None;
         }
         let kind = if tr.lost {
@@ -682,25 +731,29 @@ impl<M> Sim<M> {
                 // The host handles one received message after another.
                 let at = now.max(self.nodes[to].receive_free) + t;
                 self.nodes[to].receive_free = at;
-                self.push_transit(at, Ev::Received, tr).expect("handling moves forward in time");
+                self.schedule_transit(at, Stage::Received, id).expect("handling moves forward in time");
                 return None;
             }
         }
-        self.hand_over(now, kind, tr)
+        self.hand_over(now, kind, id)
     }
 
     /// A lost message's retransmission timer fired: it is sent again unless its sender crashed.
-    fn resend(&mut self, now: SimTime, mut tr: Transit<M>) {
+    fn resend(&mut self, now: SimTime, id: InFlight) {
+        let tr = &self.transits[id.0 as usize];
         let from = tr.from as usize;
         if !self.nodes[from].up || self.nodes[from].inc != tr.src_inc {
+            let tr = self.take_transit(id);
             self.stats.lost_crash += 1;
             self.record(now, tr.sent_at, EventKind::DropCrash, tr.to, tr.from, tr.bytes);
             return;
         }
-        tr.lost = self.draw_loss(now);
+        let lost = self.draw_loss(now);
+        let tr = &mut self.transits[id.0 as usize];
+        tr.lost = lost;
         tr.attempt_at = now;
         self.stats.bytes_retransmitted += tr.bytes;
-        self.launch(now, tr).expect("a retransmission starts now");
+        self.launch(now, id).expect("a retransmission starts now");
     }
 
     /// A crash (`up` false) or a restart (`up` true) of `node`; a random one schedules its
@@ -734,7 +787,8 @@ impl<M> Sim<M> {
 
     /// Records the end of `tr`'s journey (`kind`: delivered, or why it was dropped) and, if it
     /// was delivered, hands the message to its node.
-    fn hand_over(&mut self, now: SimTime, kind: EventKind, tr: Transit<M>) -> Option<Occurrence<M>> {
+    fn hand_over(&mut self, now: SimTime, kind: EventKind, id: InFlight) -> Option<Occurrence<M>> {
+        let tr = self.take_transit(id);
         self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);
         if kind != EventKind::Deliver {
             return None;

@@ -151,11 +151,12 @@ impl Schedule {
         self.len() == 0
     }
     /// Step `k`, if there is one.
+    #[inline(always)]
     pub fn get(&self, k: usize) -> Option<Step> {
         match self {
             Schedule::Listed(s) => s.get(k).cloned(),
             Schedule::Ring { p, me, dim } => (k < ring::steps(*p)).then(|| ring::step(*p, *me, *dim, k)),
-            Schedule::Hierarchical { groups, at, dim } => groups.step(*at, *dim, k),
+            Schedule::Hierarchical { groups, at, dim } => hierarchical_step(groups, *at, *dim, k),
         }
     }
     /// Rounds in all (one more than the last step's round).
@@ -166,6 +167,12 @@ impl Schedule {
             Schedule::Hierarchical { groups, .. } => groups.rounds(),
         }
     }
+}
+
+/// Step `k` of a hierarchical member (out of line: [`Schedule::get`] is inlined for the ring).
+#[inline(never)]
+fn hierarchical_step(groups: &Groups, at: (usize, usize), dim: usize, k: usize) -> Option<Step> {
+    groups.step(at, dim, k)
 }
 
 impl From<Vec<Step>> for Schedule {
@@ -185,6 +192,7 @@ pub fn slice_bytes(w: &dyn dsgd_models::Workload, len: usize) -> u64 {
 }
 
 /// The `c`-th of `p` near-equal chunks of `0..dim`.
+#[inline]
 pub fn chunk(dim: usize, p: usize, c: usize) -> Range<usize> {
     (c * dim / p)..((c + 1) * dim / p)
 }
@@ -211,7 +219,7 @@ pub struct Run {
     /// Length of the nominal vector the schedule's ranges refer to.
     wire: usize,
     pos: usize,
-    /// Step `pos`, once computed (a ring's steps are computed on demand, once each).
+    /// Step `pos`, kept while it waits for its message (a ring's steps are computed on demand).
     current: Option<Step>,
     sent: bool,
     buf: Vec<f32>,
@@ -246,22 +254,29 @@ impl Run {
             }
         }
     }
-    /// Advances as far as possible, appending messages to send; true when finished.
-    pub fn poll(&mut self, out: &mut Vec<Outgoing>) -> bool {
+    /// Advances as far as possible, handing each message to send to `send` (as it is made, so
+    /// that it goes on to the transport without a trip through memory); true when finished.
+    pub fn poll(&mut self, mut send: impl FnMut(Outgoing)) -> bool {
         loop {
-            if self.current.is_none() {
-                self.current = self.steps.get(self.pos);
-            }
-            let Some(step) = &self.current else { return true };
+            let step = match self.current.take() {
+                Some(step) => step,
+                None => match self.steps.get(self.pos) {
+                    Some(step) => step,
+                    None => return true,
+                },
+            };
             if !self.sent {
                 if let Some((to, range)) = &step.send {
                     let data = if self.buf.is_empty() { Vec::new() } else { self.buf[self.map(range)].to_vec() };
-                    out.push(Outgoing { to: *to, round: step.round, range: range.clone(), data });
+                    send(Outgoing { to: *to, round: step.round, range: range.clone(), data });
                 }
                 self.sent = true;
             }
             if let Some((_, range, op)) = &step.recv {
-                let Some(i) = self.early.iter().position(|(r, _)| *r == step.round) else { return false };
+                let Some(i) = self.early.iter().position(|(r, _)| *r == step.round) else {
+                    self.current = Some(step);
+                    return false;
+                };
                 let (_, data) = self.early.swap_remove(i);
                 if !self.buf.is_empty() {
                     let r = self.map(range);
@@ -274,7 +289,6 @@ impl Run {
                 }
             }
             self.pos += 1;
-            self.current = None;
             self.sent = false;
         }
     }
@@ -313,7 +327,7 @@ mod tests {
         for _ in 0..10 * (p + 4) * (p + 4) {
             for m in 0..p {
                 let mut out = Vec::new();
-                done[m] = runs[m].poll(&mut out);
+                done[m] = runs[m].poll(|o| out.push(o));
                 queue.extend(out);
             }
             while let Some(o) = queue.pop_front() {
@@ -447,7 +461,7 @@ mod tests {
             while !done.iter().all(|&d| d) {
                 for m in 0..p {
                     let mut out = Vec::new();
-                    done[m] = runs[m].poll(&mut out);
+                    done[m] = runs[m].poll(|o| out.push(o));
                     pending.extend(out);
                 }
                 while let Some(o) = pending.pop_front() {

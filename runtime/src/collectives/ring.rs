@@ -16,6 +16,7 @@ pub fn steps(p: usize) -> usize {
 
 /// Member `me`'s step `k` (of [`steps`]), computed on demand: a member never needs its whole
 /// schedule at once, so a ring of p members holds O(p), not O(p²), steps.
+#[inline(always)]
 pub fn step(p: usize, me: usize, dim: usize, k: usize) -> Step {
     step_over(p, me, k, |c| chunk(dim, p, c))
 }
@@ -24,6 +25,7 @@ pub fn step(p: usize, me: usize, dim: usize, k: usize) -> Step {
 /// steps (reduce-scatter) member `i` holds the sum of chunk `(i+1) mod p`; the last p-1 steps
 /// (all-gather) hand the sums round. Members are `0..p` and the round is `k`; a caller that runs
 /// the ring among other members or at other rounds maps them.
+#[inline(always)]
 pub fn step_over(p: usize, me: usize, k: usize, at: impl Fn(usize) -> Range<usize>) -> Step {
     let (next, prev) = (if me + 1 == p { 0 } else { me + 1 }, if me == 0 { p - 1 } else { me - 1 });
     // Chunk (me + p + 1 - s - back) mod p, without a division: the argument is below 3p.

@@ -171,6 +171,25 @@ pub(crate) struct Link {
     pub now: Bandwidth,
     /// When the last reserved transfer's tail leaves this link.
     pub free_at: SimTime,
+    /// The last transfer time computed here, and for what (bytes, bit/s): messages of one size
+    /// follow each other on a link (a ring's chunks), and the division costs more than the rest
+    /// of a reservation.
+    memo: (u64, u64, SimDuration),
+}
+
+impl Link {
+    fn new(b: Bandwidth) -> Self {
+        Link { base: b, now: b, free_at: SimTime::ZERO, memo: (u64::MAX, 0, SimDuration::ZERO) }
+    }
+
+    /// [`Bandwidth::transfer_time`] of `bytes` at the current bandwidth.
+    #[inline]
+    fn transfer_time(&mut self, bytes: u64) -> SimDuration {
+        if self.memo.0 != bytes || self.memo.1 != self.now.0 {
+            self.memo = (bytes, self.now.0, self.now.transfer_time(bytes));
+        }
+        self.memo.2
+    }
 }
 
 /// Where a message stands on its path (contention model).
@@ -231,8 +250,7 @@ impl Network {
                 nic[n] = b;
             }
         }
-        let mut links: Vec<Link> =
-            nic.iter().flat_map(|&b| [b, b]).map(|b| Link { base: b, now: b, free_at: SimTime::ZERO }).collect();
+        let mut links: Vec<Link> = nic.iter().flat_map(|&b| [b, b]).map(Link::new).collect();
         if let Topology::Racks { rack_size, uplink, .. } = cfg.topology {
             if rack_size == 0 {
                 return Err(SimError::config("network.topology.rack_size", "must be at least 1"));
@@ -241,7 +259,7 @@ impl Network {
                 return Err(SimError::config("network.topology.uplink", "must be positive"));
             }
             let racks = nodes.div_ceil(rack_size);
-            links.extend((0..2 * racks).map(|_| Link { base: uplink, now: uplink, free_at: SimTime::ZERO }));
+            links.extend((0..2 * racks).map(|_| Link::new(uplink)));
         }
         let min_latency = latency.iter().copied().min().unwrap_or(SimDuration::ZERO);
         let pending = vec![0; links.len()];
@@ -344,7 +362,7 @@ impl Network {
         let link = &mut self.links[id as usize];
         let start = head.max(link.free_at);
         let Some(bucket) = self.buckets.get_mut(id as usize) else {
-            let tail = (start + link.now.transfer_time(bytes)).max(upstream_tail);
+            let tail = (start + link.transfer_time(bytes)).max(upstream_tail);
             link.free_at = tail;
             return (start, tail);
         };

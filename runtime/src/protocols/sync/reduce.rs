@@ -6,7 +6,7 @@
 //! ring's messages carry no values.
 
 use super::{Gradient, Membership, Mode, Step, SyncMsg, SyncWorker, ANALYTIC_DONE};
-use crate::collectives::{self, CollectiveKind, Groups, Outgoing, Run, Schedule};
+use crate::collectives::{self, CollectiveKind, Groups, Run, Schedule};
 use crate::protocol::{Context, Phase};
 use crate::sharing::{scaled, sum_in_order, RingKey, Seat, Sharing};
 use dsgd_sim::SimTime;
@@ -30,8 +30,6 @@ pub(super) struct CollectiveState {
     schedule: Option<(u64, Schedule)>,
     /// The hierarchical collectives' groups of a view (at the start one list shared by all).
     groups: Option<(u64, Arc<Groups>)>,
-    /// The collective's messages of one poll (kept to reuse its allocation).
-    outbox: Vec<Outgoing>,
     /// The iteration and member index under which this member's gradient is on the executor's
     /// ring board, until it takes the average or gives the iteration up.
     pub(super) deposited: Option<(RingKey, usize)>,
@@ -41,15 +39,7 @@ pub(super) struct CollectiveState {
 
 impl CollectiveState {
     pub(super) fn new(groups: Option<(u64, Arc<Groups>)>) -> Self {
-        CollectiveState {
-            run: None,
-            early: BTreeMap::new(),
-            schedule: None,
-            groups,
-            outbox: Vec::new(),
-            deposited: None,
-            pipeline: None,
-        }
+        CollectiveState { run: None, early: BTreeMap::new(), schedule: None, groups, deposited: None, pipeline: None }
     }
 
     /// Stops the running collective (a probe), giving its place on the ring board up.
@@ -195,14 +185,12 @@ impl SyncWorker {
     fn poll_run(&mut self, ctx: &mut dyn Context<SyncMsg>) {
         let bucket = self.running_bucket();
         let Some(run) = self.collective.run.as_mut() else { return };
-        let mut out = std::mem::take(&mut self.collective.outbox);
-        let finished = run.poll(&mut out);
-        for o in out.drain(..) {
+        let (view, iter, members) = (self.now.view, self.done, &self.now.members);
+        let finished = run.poll(|o| {
             let bytes = 4 * o.range.len() as u64;
-            let msg = SyncMsg::Chunk { view: self.now.view, iter: self.done, bucket, round: o.round, data: o.data };
-            ctx.send(self.now.members[o.to], msg, bytes);
-        }
-        self.collective.outbox = out;
+            let msg = SyncMsg::Chunk { view, iter, bucket, round: o.round, data: o.data };
+            ctx.send(members[o.to], msg, bytes);
+        });
         if finished {
             let sum = self.collective.run.take().expect("running").into_result();
             if self.collective.pipeline.is_some() {
