@@ -171,24 +171,30 @@ pub(crate) struct Link {
     pub now: Bandwidth,
     /// When the last reserved transfer's tail leaves this link.
     pub free_at: SimTime,
-    /// The last transfer time computed here, and for what (bytes, bit/s): messages of one size
-    /// follow each other on a link (a ring's chunks), and the division costs more than the rest
-    /// of a reservation.
-    memo: (u64, u64, SimDuration),
+    /// The last two transfer times computed here, and for what (bytes, bit/s), the latest first:
+    /// messages of one or two sizes follow each other on a link (a ring's chunks of a vector
+    /// that the members do not divide evenly), and the division costs more than the rest of a
+    /// reservation.
+    memo: [(u64, u64, SimDuration); 2],
 }
 
 impl Link {
     fn new(b: Bandwidth) -> Self {
-        Link { base: b, now: b, free_at: SimTime::ZERO, memo: (u64::MAX, 0, SimDuration::ZERO) }
+        Link { base: b, now: b, free_at: SimTime::ZERO, memo: [(u64::MAX, 0, SimDuration::ZERO); 2] }
     }
 
     /// [`Bandwidth::transfer_time`] of `bytes` at the current bandwidth.
     #[inline]
     fn transfer_time(&mut self, bytes: u64) -> SimDuration {
-        if self.memo.0 != bytes || self.memo.1 != self.now.0 {
-            self.memo = (bytes, self.now.0, self.now.transfer_time(bytes));
+        let key = (bytes, self.now.0);
+        if (self.memo[0].0, self.memo[0].1) == key {
+            return self.memo[0].2;
         }
-        self.memo.2
+        if (self.memo[1].0, self.memo[1].1) != key {
+            self.memo[1] = (bytes, self.now.0, self.now.transfer_time(bytes));
+        }
+        self.memo.swap(0, 1);
+        self.memo[0].2
     }
 }
 
@@ -393,4 +399,21 @@ pub(crate) fn egress(n: usize) -> LinkId {
 /// Link id of node `n`'s ingress.
 pub(crate) fn ingress(n: usize) -> LinkId {
     (2 * n + 1) as LinkId
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_links_remembered_transfer_times_are_the_computed_ones() {
+        let mut link = Link::new(Bandwidth::from_gbps(10.0));
+        for (i, bytes) in [467_580u64, 467_584, 467_580, 467_584, 1, 467_584, 0, 3, 3, 467_580].into_iter().enumerate()
+        {
+            if i == 6 {
+                link.now = link.base.scaled(0.5); // a degraded NIC: what was remembered is stale
+            }
+            assert_eq!(link.transfer_time(bytes), link.now.transfer_time(bytes), "message {i}, {bytes} B");
+        }
+    }
 }
