@@ -195,7 +195,7 @@ pub fn parameter_counts(kind: &NetKind, channels: usize, classes: usize) -> (usi
 fn gather(split: &Split, idx: &[usize]) -> (Vec<f32>, Vec<i64>) {
     let mut x = Vec::with_capacity(idx.len() * 784);
     for &i in idx {
-        x.extend_from_slice(&split.images[i * 784..(i + 1) * 784]);
+        split.image(i, &mut x);
     }
     (x, idx.iter().map(|&i| split.labels[i] as i64).collect())
 }
