@@ -189,6 +189,7 @@ enum Stage {
 }
 
 impl Stage {
+    #[inline]
     fn event(self, id: InFlight) -> Ev {
         match self {
             Stage::Hop => Ev::Hop(id),
@@ -201,13 +202,8 @@ impl Stage {
     /// The event an inline code stands for.
     #[inline]
     fn decode(code: u32) -> Ev {
-        let id = InFlight(code & INLINE_ID_MAX);
-        match code >> INLINE_ID_BITS {
-            0 => Ev::Hop(id),
-            1 => Ev::Deliver(id),
-            2 => Ev::Received(id),
-            _ => Ev::Resend(id),
-        }
+        const STAGES: [Stage; 4] = [Stage::Hop, Stage::Deliver, Stage::Received, Stage::Resend];
+        STAGES[(code >> INLINE_ID_BITS) as usize].event(InFlight(code & INLINE_ID_MAX))
     }
 }
 
@@ -785,8 +781,8 @@ impl<M> Sim<M> {
         }
     }
 
-    /// Records the end of `tr`'s journey (`kind`: delivered, or why it was dropped) and, if it
-    /// was delivered, hands the message to its node.
+    /// Records the end of message `id`'s journey (`kind`: delivered, or why it was dropped) and,
+    /// if it was delivered, hands the message to its node.
     fn hand_over(&mut self, now: SimTime, kind: EventKind, id: InFlight) -> Option<Occurrence<M>> {
         let tr = self.take_transit(id);
         self.record(now, tr.sent_at, kind, tr.to, tr.from, tr.bytes);

@@ -117,11 +117,6 @@ impl<E> EventQueue<E> {
             0
         }
     }
-    /// The pending events scheduled with a slot, in no particular order (for diagnostics: what
-    /// a run holds; inline events are not listed).
-    pub fn pending(&self) -> impl Iterator<Item = (SimTime, &E)> {
-        self.slots.iter().filter_map(|s| s.payload.as_ref().map(|p| (s.at, p)))
-    }
     /// Schedules `payload` at `at`; errors if `at` is before now.
     pub fn schedule(&mut self, at: SimTime, payload: E) -> Result<EventKey> {
         if at < self.now {
