@@ -77,6 +77,12 @@ pub trait Workload: Send + Sync {
     }
     /// Evaluates `params`.
     fn evaluate(&self, params: &[f32]) -> Evaluation;
+    /// [`Workload::evaluate`] on up to `threads` threads: the same bits (a workload whose
+    /// evaluation is cheap ignores the threads).
+    fn evaluate_on(&self, params: &[f32], threads: usize) -> Evaluation {
+        let _ = threads;
+        self.evaluate(params)
+    }
     /// True if gradients are expensive enough to compute pending jobs on several threads.
     fn parallel_gradients(&self) -> bool {
         false

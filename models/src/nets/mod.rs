@@ -261,17 +261,21 @@ pub fn plain_loop(kind: &NetKind, data: &FashionMnist, batch: usize, steps: usiz
 
 /// Evaluates `params` on `test`; `net` was built with BatchNorm momentum 1, so one training-mode
 /// pass over `calibration` sets its running statistics to that set's statistics.
+/// Test images a chunk of an evaluation scores at once.
+const EVAL_CHUNK: usize = 1000;
+
 fn eval_of<B: AutodiffBackend, N>(
     net: N,
     params: &[f32],
     calibration: Option<(&Split, &[usize])>,
     test: &Split,
     test_samples: usize,
+    threads: usize,
     device: &B::Device,
 ) -> Evaluation
 where
     N: Net<B> + AutodiffModule<B>,
-    N::InnerModule: Net<B::InnerBackend>,
+    N::InnerModule: Net<B::InnerBackend> + Send + Sync,
 {
     let net = flat::from_flat(net, params).no_grad();
     if let Some((train, idx)) = calibration {
@@ -280,15 +284,39 @@ where
     }
     let net = net.valid();
     let device = &net.devices()[0];
-    let (mut loss, mut right) = (0.0, 0usize);
-    let all: Vec<usize> = (0..test_samples).collect();
-    for chunk in all.chunks(1000) {
+    // Each chunk's loss (its mean times its length) and count of right answers, summed in chunk
+    // order whichever thread scored it: the bits do not depend on `threads`.
+    let score = |chunk: &[usize]| -> (f64, usize) {
         let (x, y) = batch_tensors::<B::InnerBackend>(test, chunk, device);
         let logits = net.logits(x);
         let pred: Vec<i64> = logits.clone().argmax(1).into_data().convert::<i64>().to_vec().expect("ints");
-        right += pred.iter().zip(chunk).filter(|(p, &i)| **p == test.labels[i] as i64).count();
+        let right = pred.iter().zip(chunk).filter(|(p, &i)| **p == test.labels[i] as i64).count();
         let l = CrossEntropyLossConfig::new().init(device).forward(logits, y).into_scalar().elem::<f64>();
-        loss += l * chunk.len() as f64;
+        (l * chunk.len() as f64, right)
+    };
+    let all: Vec<usize> = (0..test_samples).collect();
+    let chunks: Vec<&[usize]> = all.chunks(EVAL_CHUNK).collect();
+    let scores: Vec<(f64, usize)> = if threads < 2 || chunks.len() < 2 {
+        chunks.iter().map(|c| score(c)).collect()
+    } else {
+        let per = chunks.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let mut runs = chunks.chunks(per);
+            let mine = runs.next().unwrap_or_default();
+            let score = &score;
+            let others: Vec<_> =
+                runs.map(|run| s.spawn(move || run.iter().map(|c| score(c)).collect::<Vec<_>>())).collect();
+            let mut out: Vec<(f64, usize)> = mine.iter().map(|c| score(c)).collect();
+            for h in others {
+                out.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            }
+            out
+        })
+    };
+    let (mut loss, mut right) = (0.0, 0usize);
+    for (l, r) in scores {
+        loss += l;
+        right += r;
     }
     Evaluation { loss: loss / test_samples as f64, accuracy: Some(right as f64 / test_samples as f64) }
 }
@@ -449,6 +477,12 @@ impl Workload for BurnNet {
         }
         self.evaluate_burn(params)
     }
+    fn evaluate_on(&self, params: &[f32], threads: usize) -> Evaluation {
+        if let (Device::Cpu, NetKind::Cnn) = (self.device, &self.kind) {
+            return self.evaluate_lean_cnn(params);
+        }
+        self.evaluate_burn_on(params, threads)
+    }
 }
 
 impl BurnNet {
@@ -466,10 +500,18 @@ impl BurnNet {
     /// The evaluation through burn's modules, for every network (the reference the CNN's own
     /// evaluation is tested against).
     pub fn evaluate_burn(&self, params: &[f32]) -> Evaluation {
+        self.evaluate_burn_on(params, 1)
+    }
+
+    /// [`BurnNet::evaluate_burn`] with the test set's chunks scored on up to `threads` threads
+    /// (the same bits).
+    pub fn evaluate_burn_on(&self, params: &[f32], threads: usize) -> Evaluation {
+        // A GPU scores a chunk faster than a thread starts.
+        let threads = if matches!(self.device, Device::Cpu) { threads } else { 1 };
         let idx = self.calibration_indices();
         let calibration = self.kind.has_batch_norm().then_some((&self.data.train, idx.as_slice()));
         on_device!(self.device, B, dev => with_net!(&self.kind, B, dev, 1, 10, 1.0, net =>
-            eval_of::<B, _>(net, params, calibration, &self.data.test, self.test_samples, dev)))
+            eval_of::<B, _>(net, params, calibration, &self.data.test, self.test_samples, threads, dev)))
     }
 
     /// The gradient through burn's autodiff on a module loaded with `params`: the path of every
@@ -551,6 +593,24 @@ mod tests {
         let (grad, loss) = cnn_lean_vs_autodiff(&net);
         eprintln!("CNN lean gradient vs autodiff: {grad:.2e} of the largest element; loss {loss:.2e}");
         assert!(grad < 1e-5 && loss < 1e-6, "{grad:e} {loss:e}");
+    }
+
+    #[test]
+    fn an_evaluation_on_threads_has_the_bits_of_one_thread() {
+        // 2,500 images: two full chunks and a part, spread over two and three threads.
+        let net = BurnNet::new(NetKind::Mlp { hidden: vec![128] }, data(), 4).with_evaluation(2500, 32);
+        let mut p = net.init();
+        let mut g = vec![0.0; p.len()];
+        for step in 0..5 {
+            net.gradient(&p, GradRequest { worker: 0, batch: 32, seed: step }, &mut g);
+            p.iter_mut().zip(&g).for_each(|(x, d)| *x -= 0.1 * d);
+        }
+        let one = net.evaluate(&p);
+        for threads in [2, 3, 8] {
+            let many = net.evaluate_on(&p, threads);
+            assert_eq!(many.loss.to_bits(), one.loss.to_bits(), "{threads} threads");
+            assert_eq!(many.accuracy, one.accuracy, "{threads} threads");
+        }
     }
 
     #[test]
