@@ -15,6 +15,7 @@
 
 use crate::protocol::View;
 use dsgd_models::{Evaluation, Workload};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// What the digest absorbs in place of a loss when there was no model to score.
@@ -22,25 +23,30 @@ pub const NO_MODEL: u64 = u64::MAX;
 
 /// The consensus of the ranks' views at one instant.
 #[derive(Clone, Debug)]
-pub struct Consensus {
+pub struct Consensus<'a> {
     /// The consensus parameters, or `None` when no model exists (see the module comment).
     pub model: Option<Vec<f32>>,
     /// Mean squared distance of the live replicas from their mean (0 without replicas).
     pub distance: f64,
-    /// Each rank's replica (`params / weight`), `None` for ranks without one.
-    pub replicas: Vec<Option<Vec<f32>>>,
+    /// Each rank's replica (`params / weight`), `None` for ranks without one: the view's own
+    /// parameters where the weight is one (nothing is copied), a vector of its own otherwise.
+    pub replicas: Vec<Option<Cow<'a, [f32]>>>,
 }
 
-impl Consensus {
+impl Consensus<'_> {
     /// Scores the model on `workload`: `None` when there is no model.
     pub fn evaluate(&self, workload: &dyn Workload) -> Option<Evaluation> {
-        self.model.as_ref().map(|m| workload.evaluate(m))
+        self.evaluate_on(workload, 1)
+    }
+    /// [`Consensus::evaluate`] on up to `threads` threads (the same bits).
+    pub fn evaluate_on(&self, workload: &dyn Workload, threads: usize) -> Option<Evaluation> {
+        self.model.as_ref().map(|m| workload.evaluate_on(m, threads))
     }
 }
 
 /// The consensus model of the ranks' `views` (one per rank, [`View::Nothing`] for a rank that
 /// is down) for a model of `dim` parameters (0 for timing-only workloads).
-pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Consensus {
+pub fn consensus_of<'a>(views: impl Iterator<Item = View<'a>>, dim: usize) -> Consensus<'a> {
     consensus_on(views, dim, 1)
 }
 
@@ -52,11 +58,11 @@ const PARALLEL_ELEMENTS: usize = 1 << 20;
 /// by replica, the mean by element, every sum in the same order as on one thread, so the bits do
 /// not depend on `threads`. (At 100 replicas of 100,000 parameters, evaluated every simulated
 /// second, this is a fifth of a push-sum run's work on the simulator's thread.)
-pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threads: usize) -> Consensus {
+pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threads: usize) -> Consensus<'a> {
     let mut server = vec![0f32; dim];
     let mut covered = 0usize;
     let mut has_server = false;
-    let mut shown: Vec<Option<(std::borrow::Cow<'a, [f32]>, f64)>> = Vec::new();
+    let mut shown: Vec<Option<(Cow<'a, [f32]>, f64)>> = Vec::new();
     for view in views {
         let mut replica = None;
         match view {
@@ -73,23 +79,35 @@ pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threa
         shown.push(replica);
     }
     let threads = if shown.len() * dim >= PARALLEL_ELEMENTS { threads.max(1) } else { 1 };
-    // A weight of one divides nothing out: the values are copied (the same bits as `x / 1` for
-    // every value arithmetic makes, without a division an element).
-    let replicas: Vec<Option<Vec<f32>>> = by_item(shown, threads, |r| {
+    // A weight of one divides nothing out: the view's values are the replica (the same bits as
+    // `x / 1` for every value arithmetic makes, without a division or a copy).
+    let replicas: Vec<Option<Cow<'a, [f32]>>> = by_item(shown, threads, |r| {
         r.map(|(params, weight)| {
             if weight == 1.0 {
-                params.into_owned()
+                params
             } else {
-                params.iter().map(|&x| (x as f64 / weight) as f32).collect()
+                Cow::Owned(params.iter().map(|&x| (x as f64 / weight) as f32).collect())
             }
         })
     });
-    let live: Vec<&Vec<f32>> = replicas.iter().flatten().collect();
-    let mean: Option<Vec<f64>> = (!live.is_empty()).then(|| mean_of(&live, dim, threads));
+    let live: Vec<&[f32]> = replicas.iter().flatten().map(|r| &**r).collect();
+    // Replicas with the same bits (synchronous SGD's, every replica at the start): the mean is
+    // any one of them and each is as far from it as the first, so one is read instead of all.
+    let identical =
+        live.len() < EXACT_COPIES && live.split_first().is_some_and(|(f, rest)| rest.iter().all(|r| same_bits(f, r)));
+    let mean: Option<Vec<f64>> = match live.first() {
+        None => None,
+        Some(first) if identical => Some(first.iter().map(|&x| mean_of_copies(x)).collect()),
+        Some(_) => Some(mean_of(&live, dim, threads)),
+    };
     let distance = mean.as_ref().map_or(0.0, |mean| {
-        let groups: Vec<&[&Vec<f32>]> = live.chunks(DISTANCES_AT_ONCE).collect();
-        let each = by_item(groups, threads, |g| squared_distances(g, mean));
-        each.into_iter().flatten().sum::<f64>() / live.len() as f64
+        let each: Vec<f64> = if identical {
+            vec![squared_distances(&live[..1], mean)[0]; live.len()]
+        } else {
+            let groups: Vec<&[&[f32]]> = live.chunks(DISTANCES_AT_ONCE).collect();
+            by_item(groups, threads, |g| squared_distances(g, mean)).into_iter().flatten().collect()
+        };
+        each.into_iter().sum::<f64>() / live.len() as f64
     });
     let model = if has_server {
         (covered == dim).then_some(server)
@@ -97,6 +115,23 @@ pub fn consensus_on<'a>(views: impl Iterator<Item = View<'a>>, dim: usize, threa
         mean.map(|m| m.iter().map(|&x| x as f32).collect())
     };
     Consensus { model, distance, replicas }
+}
+
+/// Replicas below which the mean of identical replicas is exactly each one: `k · x` is exact
+/// in f64 for an f32 `x` while `k < 2^29`, so the sum of `n` copies is `n · x` and its mean `x`.
+const EXACT_COPIES: usize = 1 << 29;
+
+/// Whether two replicas have the same bits (the same slice, or equal element by element).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    std::ptr::eq(a, b) || (a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()))
+}
+
+/// The mean of copies of `x` as [`mean_of`] computes it (fewer than [`EXACT_COPIES`]): the
+/// first addition to the sum's neutral element decides a zero's sign; every later sum is exact,
+/// and the division gives `x` back.
+fn mean_of_copies(x: f32) -> f64 {
+    let neutral: f64 = std::iter::empty::<f64>().sum();
+    neutral + x as f64
 }
 
 /// `items` mapped by `f`, in order, the list cut into `threads` runs mapped side by side (one
@@ -127,17 +162,16 @@ pub(crate) fn by_item<T: Send, U: Send>(items: Vec<T>, threads: usize, f: impl F
 /// For each replica, the first replica with the same bits (itself when none before it has
 /// them; `None` for a rank without one). Identical replicas — every replica at the start, all of
 /// synchronous SGD's — are then evaluated once: an evaluation is a pure function of the bits.
-pub fn first_equal(replicas: &[Option<Vec<f32>>]) -> Vec<Option<usize>> {
+pub fn first_equal<R: std::ops::Deref<Target = [f32]>>(replicas: &[Option<R>]) -> Vec<Option<usize>> {
     // Candidates are found by a key of the length and every 97th element's bits (cheap next
     // to an evaluation), then compared in full.
     let key = |v: &[f32]| -> (usize, Vec<u32>) { (v.len(), v.iter().step_by(97).map(|x| x.to_bits()).collect()) };
-    let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
     let mut seen: BTreeMap<(usize, Vec<u32>), Vec<usize>> = BTreeMap::new();
     let mut out = Vec::with_capacity(replicas.len());
     for (i, r) in replicas.iter().enumerate() {
         out.push(r.as_deref().map(|v| {
             let bucket = seen.entry(key(v)).or_default();
-            match bucket.iter().find(|&&j| replicas[j].as_deref().is_some_and(|u| same(u, v))) {
+            match bucket.iter().find(|&&j| replicas[j].as_deref().is_some_and(|u| same_bits(u, v))) {
                 Some(&j) => j,
                 None => {
                     bucket.push(i);
@@ -151,7 +185,10 @@ pub fn first_equal(replicas: &[Option<Vec<f32>>]) -> Vec<Option<usize>> {
 
 /// Each replica's loss, evaluating each distinct replica once ([`first_equal`]) with `losses`
 /// (which may spread its list over threads): the same values as evaluating every one.
-pub fn replica_losses(replicas: &[Option<Vec<f32>>], losses: impl FnOnce(&[&[f32]]) -> Vec<f64>) -> Vec<Option<f64>> {
+pub fn replica_losses<R: std::ops::Deref<Target = [f32]>>(
+    replicas: &[Option<R>],
+    losses: impl FnOnce(&[&[f32]]) -> Vec<f64>,
+) -> Vec<Option<f64>> {
     let first = first_equal(replicas);
     let distinct: Vec<usize> = first.iter().enumerate().filter(|&(i, f)| *f == Some(i)).map(|(i, _)| i).collect();
     let params: Vec<&[f32]> = distinct.iter().map(|&i| replicas[i].as_deref().expect("a replica")).collect();
@@ -167,7 +204,7 @@ const DISTANCES_AT_ONCE: usize = 4;
 /// `Iterator::sum` does (the same bits); four replicas are summed side by side, so that the four
 /// sums' additions overlap where one sum's must wait for each other (and the mean is read once
 /// for the four).
-fn squared_distances(group: &[&Vec<f32>], mean: &[f64]) -> Vec<f64> {
+fn squared_distances(group: &[&[f32]], mean: &[f64]) -> Vec<f64> {
     let one = |v: &[f32]| v.iter().zip(mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>();
     match group {
         [a, b, c, d] if [a, b, c, d].iter().all(|v| v.len() == mean.len()) => {
@@ -194,7 +231,7 @@ const MEAN_BLOCK: usize = 1024;
 /// computed a block of elements at a time, replica after replica, so that each replica is read
 /// once in order instead of every replica being read an element at a time.
 /// Elements are independent, so the vector is cut into `threads` parts summed side by side.
-fn mean_of(live: &[&Vec<f32>], dim: usize, threads: usize) -> Vec<f64> {
+fn mean_of(live: &[&[f32]], dim: usize, threads: usize) -> Vec<f64> {
     // `Sum for f64` folds from its own neutral element (-0.0 on recent toolchains): start there.
     let neutral: f64 = std::iter::empty::<f64>().sum();
     let mut acc = vec![neutral; dim];
@@ -280,7 +317,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        let live: Vec<&Vec<f32>> = vs.iter().collect();
+        let live: Vec<&[f32]> = vs.iter().map(|v| v.as_slice()).collect();
         let by_element: Vec<u64> =
             (0..50).map(|i| (live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).to_bits()).collect();
         for threads in [1, 2, 3, 7] {
@@ -296,7 +333,7 @@ mod tests {
         let vs: Vec<Vec<f32>> = (0..9)
             .map(|r| (0..dim).map(|i| ((r * 131 + i * 7) as f32).sin() * 10f32.powi((r as i32 % 7) - 3)).collect())
             .collect();
-        let live: Vec<&Vec<f32>> = vs.iter().collect();
+        let live: Vec<&[f32]> = vs.iter().map(|v| v.as_slice()).collect();
         let mean = mean_of(&live, dim, 1);
         let plain: Vec<f64> =
             (0..dim).map(|i| live.iter().map(|v| v[i] as f64).sum::<f64>() / live.len() as f64).collect();
@@ -337,6 +374,47 @@ mod tests {
         }
         assert_eq!(one.replicas[3], None);
         assert_eq!(one.replicas[1].as_ref().map(|r| r[5]), Some((vs[1][5] as f64 / 0.75) as f32));
+    }
+
+    #[test]
+    fn identical_replicas_have_the_bits_of_the_summed_mean_and_distances() {
+        // Signed zeros, subnormals, the extremes, infinities and NaNs: read once, the mean and
+        // the distance are what summing every replica gives.
+        let v: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -3.5,
+            f32::MIN_POSITIVE / 8.0,
+            f32::MAX,
+            f32::MIN,
+            1e-30,
+            7.0e12,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            0.1,
+            -0.3,
+        ];
+        let finite: Vec<f32> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        for v in [v, finite] {
+            let dim = v.len();
+            for n in [1, 2, 3, 4, 5, 9] {
+                let copies: Vec<Vec<f32>> = vec![v.clone(); n];
+                let views = copies.iter().map(|c| View::Replica { params: c.as_slice().into(), weight: 1.0 });
+                let c = consensus_of(views, dim);
+                let live: Vec<&[f32]> = copies.iter().map(|c| c.as_slice()).collect();
+                let mean = mean_of(&live, dim, 1);
+                let model: Vec<u32> = mean.iter().map(|&x| (x as f32).to_bits()).collect();
+                let each: Vec<f64> = live.iter().flat_map(|r| squared_distances(&[r], &mean)).collect();
+                let distance = each.into_iter().sum::<f64>() / n as f64;
+                let got: Vec<u32> = c.model.expect("a model").iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, model, "{n} copies");
+                assert_eq!(c.distance.to_bits(), distance.to_bits(), "{n} copies");
+                assert!(c.replicas.iter().all(|r| matches!(r, Some(Cow::Borrowed(_)))), "nothing copied");
+            }
+        }
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl<P: Protocol> SimExecutor<P> {
     }
 
     /// The consensus model, the mean squared distance of replicas from it, and the replicas.
-    pub fn consensus(&self) -> Consensus {
+    pub fn consensus(&self) -> Consensus<'_> {
         let dim = if self.workload.timing_only() { 0 } else { self.workload.param_count() };
         let views =
             self.roles.iter().enumerate().map(|(r, role)| if self.sim.is_up(r) { role.view() } else { View::Nothing });
@@ -185,28 +185,40 @@ impl<P: Protocol> SimExecutor<P> {
 
     /// Evaluates the consensus model; returns the sample and the model (`None`: no model).
     fn evaluate(&mut self, per_node: bool) -> (Sample, Option<Vec<f32>>) {
-        let c = self.consensus();
-        let eval = c.evaluate(&*self.workload);
-        let node_losses =
-            if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { Vec::new() };
+        let (eval, distance, node_losses, model) = {
+            let c = self.consensus();
+            let eval = c.evaluate_on(&*self.workload, self.eval_threads());
+            let node_losses =
+                if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { Vec::new() };
+            (eval, c.distance, node_losses, c.model)
+        };
         self.sim.absorb(eval.as_ref().map_or(NO_MODEL, |e| e.loss.to_bits()));
-        self.sim.absorb(c.distance.to_bits());
+        self.sim.absorb(distance.to_bits());
         let live = (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count();
         let sample =
-            Sample::scored(self.sim.now().as_secs_f64(), eval, c.distance, node_losses, self.metrics.updates, live);
+            Sample::scored(self.sim.now().as_secs_f64(), eval, distance, node_losses, self.metrics.updates, live);
         if let Some(check) = self.check.as_mut() {
             check.evaluated(&self.roles, &sample, !self.workload.timing_only(), self.sim.now());
         }
-        (sample, c.model)
+        (sample, model)
+    }
+
+    /// Threads an evaluation may use: the gradient threads' count for workloads whose gradients
+    /// use them (they wait while the simulator's thread evaluates), else one.
+    fn eval_threads(&self) -> usize {
+        if self.workload.parallel_gradients() {
+            self.threads
+        } else {
+            1
+        }
     }
 
     /// Each replica's loss, in rank order: on the gradient threads' count of threads for
     /// workloads whose gradients use them (an evaluation is a pure function of the parameters,
     /// so the losses are the same bits on any thread).
-    fn node_losses(&self, replicas: &[Option<Vec<f32>>]) -> Vec<Option<f64>> {
+    fn node_losses(&self, replicas: &[Option<std::borrow::Cow<'_, [f32]>>]) -> Vec<Option<f64>> {
         let workload = &*self.workload;
-        let threads = self.threads;
-        let threads = if workload.parallel_gradients() { threads } else { 1 };
+        let threads = self.eval_threads();
         crate::consensus::replica_losses(replicas, |params| {
             crate::consensus::by_item(params.to_vec(), threads, |p| workload.evaluate(p).loss)
         })
