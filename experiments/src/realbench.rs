@@ -12,6 +12,15 @@
 //! the target shows whether it lacks parallelism (cores idle while the simulator's thread works
 //! alone) or does too much work per gradient; and the CPU time is less moved by a busy machine
 //! than the wall time is.
+//!
+//! A run does model work besides its gradients: it evaluates the consensus model on the test
+//! images every simulated second and, at the end, each distinct replica (the per-node losses).
+//! In the paper cluster that work can exceed the gradients' (a parameter server whose NIC
+//! saturates computes 800 gradients in 30 simulated seconds and evaluates 31 models). So each
+//! case also reports its evaluations and the **model work** over the machine's time: the time a
+//! plain loop on one core needs for the run's gradients and its evaluations (a plain burn forward
+//! pass over the same test images, measured beside the plain training loop), over the wall time
+//! times the cores. That is the share of the machine the engine gives to the model.
 
 use crate::execute::execute;
 use crate::load::spec_from_value;
@@ -67,6 +76,11 @@ pub struct Row {
     pub startup_s: f64,
     /// Gradients per wall second.
     pub gradients_per_s: f64,
+    /// Models evaluated on the test images (the consensus at each sample, each distinct replica
+    /// at the end).
+    pub evaluations: u64,
+    /// The plain loop's time for the run's gradients and evaluations over wall time × cores.
+    pub model_work_vs_machine: f64,
     /// CPU milliseconds (user and system, every thread of the process) per gradient.
     pub cpu_ms_per_gradient: f64,
     /// Cores kept busy: the process's CPU time over the wall time of the case.
@@ -95,7 +109,7 @@ pub fn spec(
         Cluster::Friendly => json!({
             "name": name,
             "nodes": workers, "algorithm": algorithm_json(algorithm), "batch": batch,
-            "workload": {"kind": "burn", "model": "mlp", "hidden": [128], "test_samples": 1000},
+            "workload": {"kind": "burn", "model": "mlp", "hidden": [128], "test_samples": Cluster::Friendly.test_samples()},
             "compute": {"step_time_ms": 10}, "stop": {"sim_time_s": sim_time_s}, "eval": {"every_s": 1, "timeline_s": 0}
         }),
         Cluster::Paper => {
@@ -122,6 +136,7 @@ pub fn measure(
     batch: usize,
     sim_time_s: f64,
     exe: Option<&std::path::Path>,
+    plain: Plain,
 ) -> Result<Row> {
     let value = spec(cluster, algorithm, workers, batch, sim_time_s)?;
     let spec = spec_from_value("bench-real", value.clone())?;
@@ -138,8 +153,9 @@ pub fn measure(
         }
     };
     let (cpu0, wall0) = (cpu_seconds()?, std::time::Instant::now());
-    let s = execute(&spec, false)?.summary;
+    let outcome = execute(&spec, false)?;
     let (cpu, wall) = (cpu_seconds()? - cpu0, wall0.elapsed().as_secs_f64());
+    let (s, evaluations) = (outcome.summary, outcome.result.metrics.evaluations);
     let wall_s = match cluster {
         Cluster::Friendly => s.wall_time_s,
         Cluster::Paper => wall,
@@ -151,6 +167,8 @@ pub fn measure(
         wall_s,
         startup_s,
         gradients_per_s: s.gradients as f64 / wall_s.max(1e-9),
+        evaluations,
+        model_work_vs_machine: plain.work_s(s.gradients, evaluations) / (wall_s.max(1e-9) * plain.cores as f64),
         cpu_ms_per_gradient: 1e3 * cpu / (s.gradients.max(1) as f64),
         cores_busy: cpu / wall.max(1e-9),
         digest: s.digest,
@@ -190,33 +208,81 @@ fn cpu_seconds() -> Result<f64> {
     Ok(secs(u.user_time()) + secs(u.system_time()))
 }
 
-/// Steps per second of the plain burn loop of the MLP at `batch`, best of three runs of `steps`.
-pub fn plain(batch: usize, steps: usize) -> Result<f64> {
-    let data = nets::dataset(&fashion_mnist::resolve_dir(None))?;
-    let kind = NetKind::Mlp { hidden: vec![128] };
-    nets::plain_loop(&kind, &data, batch, steps.min(50)); // warm up
-    Ok((0..3).map(|_| nets::plain_loop(&kind, &data, batch, steps)).fold(0.0, f64::max))
+/// The plain loop's rates, the reference of every case.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Plain {
+    /// Training steps a second on one core.
+    pub steps_per_s: f64,
+    /// Seconds of one evaluation on one core (a burn forward pass over the cluster's test images).
+    pub evaluation_s: f64,
+    /// The cores of this machine.
+    pub cores: usize,
+}
+
+impl Plain {
+    /// Measures the plain loop at `batch` (best of three runs of `steps`) and one evaluation on
+    /// the cluster's test images (best of three).
+    pub fn measure(cluster: Cluster, batch: usize, steps: usize, cores: usize) -> Result<Plain> {
+        let data = nets::dataset(&fashion_mnist::resolve_dir(None))?;
+        let kind = NetKind::Mlp { hidden: vec![128] };
+        nets::plain_loop(&kind, &data, batch, steps.min(50)); // warm up
+        let steps_per_s = (0..3).map(|_| nets::plain_loop(&kind, &data, batch, steps)).fold(0.0, f64::max);
+        let net = nets::BurnNet::new(kind, data, 1).with_evaluation(cluster.test_samples(), 1);
+        let params = dsgd_models::Workload::init(&net);
+        let evaluation_s = (0..4)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                std::hint::black_box(net.evaluate_burn(&params));
+                t.elapsed().as_secs_f64()
+            })
+            .skip(1) // the first call warms up
+            .fold(f64::INFINITY, f64::min);
+        Ok(Plain { steps_per_s, evaluation_s, cores })
+    }
+
+    /// Seconds on one core of the plain loop for `gradients` steps and `evaluations` evaluations.
+    pub fn work_s(&self, gradients: u64, evaluations: u64) -> f64 {
+        gradients as f64 / self.steps_per_s + evaluations as f64 * self.evaluation_s
+    }
+}
+
+impl Cluster {
+    /// The test images an evaluation scores.
+    pub fn test_samples(self) -> usize {
+        match self {
+            Cluster::Friendly => 1000,
+            Cluster::Paper => {
+                let sweep: serde_json::Value = serde_json::from_str(PAPER).expect("the embedded paper sweep is JSON");
+                sweep["base"]["workload"]["test_samples"].as_u64().unwrap_or(10_000) as usize
+            }
+        }
+    }
 }
 
 /// The rows and the plain loop as a Markdown table.
-pub fn table(rows: &[Row], plain_per_s: f64, cores: usize) -> String {
+pub fn table(rows: &[Row], plain: Plain) -> String {
+    let (per_s, cores) = (plain.steps_per_s, plain.cores);
     let mut t = format!(
-        "plain burn loop (one model, one core): {plain_per_s:.0} gradients/s ({:.3} ms a step); × {cores} cores = {:.0}\n\n\
-         | algorithm | workers | gradients | wall s | start-up s | gradients/s | vs plain loop × cores | CPU ms/gradient | cores busy |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        1e3 / plain_per_s,
-        plain_per_s * cores as f64
+        "plain burn loop (one model, one core): {per_s:.0} gradients/s ({:.3} ms a step); × {cores} cores = {:.0}; \
+         one evaluation {:.1} ms\n\n\
+         | algorithm | workers | gradients | evaluations | wall s | start-up s | gradients/s | vs plain loop × cores | model work ÷ machine | CPU ms/gradient | cores busy |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        1e3 / per_s,
+        per_s * cores as f64,
+        plain.evaluation_s * 1e3
     );
     for r in rows {
         t += &format!(
-            "| {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.3} | {:.2} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.3} | {:.2} |\n",
             r.algorithm,
             r.workers,
             r.gradients,
+            r.evaluations,
             r.wall_s,
             r.startup_s,
             r.gradients_per_s,
-            r.gradients_per_s / (plain_per_s * cores as f64),
+            r.gradients_per_s / (per_s * cores as f64),
+            r.model_work_vs_machine,
             r.cpu_ms_per_gradient,
             r.cores_busy
         );

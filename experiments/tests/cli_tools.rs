@@ -201,6 +201,14 @@ fn bench_real_reports_each_case_beside_the_plain_loop() {
         let (cpu_ms, busy) = (r["cpu_ms_per_gradient"].as_f64().unwrap(), r["cores_busy"].as_f64().unwrap());
         let cores = v["cores"].as_f64().unwrap();
         assert!(cpu_ms > 0.0 && busy > 0.0 && busy <= cores * 1.2, "{r}");
+        // Model work: the plain loop's time for the gradients and the evaluations over the
+        // machine's time. Evaluations: the consensus at 0 and at 0.2 s (the sample the stop
+        // cuts short), again in the final evaluation, and each distinct replica there.
+        let evals = r["evaluations"].as_f64().unwrap();
+        assert!(evals >= 4.0 && evals <= 3.0 + r["workers"].as_f64().unwrap(), "{r}");
+        let work = g / v["plain_loop_per_s"].as_f64().unwrap() + evals * v["plain_evaluation_s"].as_f64().unwrap();
+        let share = r["model_work_vs_machine"].as_f64().unwrap();
+        assert!(share > 0.0 && (share - work / (wall * cores)).abs() < 1e-6 * share, "{r}");
     }
     // A case is an ordinary run: its digest is the one `dsgd run` gives for the same spec.
     let spec = dsgd_experiments::realbench::spec(dsgd_experiments::realbench::Cluster::Friendly, "gossip", 3, 32, 0.2)

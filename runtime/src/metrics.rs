@@ -220,6 +220,9 @@ pub struct Metrics {
     pub updates: u64,
     /// Gradients computed.
     pub gradients: u64,
+    /// Models evaluated on the workload's whole evaluation set: the consensus model at each
+    /// sample that had one, and each distinct replica for the final per-node losses.
+    pub evaluations: u64,
     /// Staleness of applied updates: staleness -> count.
     pub staleness: BTreeMap<u64, u64>,
     /// Durations of synchronous iterations (as recorded by rank 0's view, or any recorder).

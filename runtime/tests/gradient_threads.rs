@@ -17,10 +17,12 @@ use dsgd_sim::{Fault, Jitter, SimTime};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Softmax regression that asks for the pool, and counts the gradients it computes.
+/// Softmax regression that asks for the pool, and counts the gradients it computes and the
+/// models it evaluates.
 struct Pooled {
     inner: Softmax,
     computed: AtomicU64,
+    evaluated: AtomicU64,
 }
 
 impl Workload for Pooled {
@@ -38,6 +40,7 @@ impl Workload for Pooled {
         self.inner.gradient(params, req, grad)
     }
     fn evaluate(&self, params: &[f32]) -> Evaluation {
+        self.evaluated.fetch_add(1, Ordering::Relaxed);
         self.inner.evaluate(params)
     }
     fn parallel_gradients(&self) -> bool {
@@ -58,12 +61,16 @@ fn once(alg: AlgorithmConfig) -> (Outcome, u64) {
     let wl = Arc::new(Pooled {
         inner: Softmax::new(SoftmaxConfig { train: 2_000, test: 500, ..Default::default() }),
         computed: AtomicU64::new(0),
+        evaluated: AtomicU64::new(0),
     });
     let r = go(alg, 6, &sim, wl.clone(), t);
     let bits = r.final_params.iter().map(|x| x.to_bits()).collect();
     let losses = r.metrics.samples.iter().map(|s| loss(s).to_bits()).collect();
     let last = r.metrics.samples.last().expect("a final evaluation");
     let node_losses = last.node_losses.iter().map(|l| l.map(f64::to_bits)).collect();
+    // The run counts the models it evaluated: the consensus at each sample, each distinct
+    // replica at the end (what a report weighs as model work beside the gradients).
+    assert_eq!(r.metrics.evaluations, wl.evaluated.load(Ordering::Relaxed), "{}", alg.label());
     ((r.digest, bits, losses, node_losses, r.metrics.gradients), wl.computed.load(Ordering::Relaxed))
 }
 

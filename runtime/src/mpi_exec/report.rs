@@ -124,7 +124,9 @@ pub(super) fn assemble(
         let updates = reports.iter().map(|r| r.snapshots[k].1).sum();
         let live = reports.iter().filter(|r| r.snapshots[k].2).count();
         let time_s = (every.as_nanos() * k as u64) as f64 / 1e9;
-        let sample = Sample::scored(time_s, c.evaluate(workload), c.distance, Vec::new(), updates, live);
+        let eval = c.evaluate(workload);
+        metrics.evaluations += u64::from(eval.is_some());
+        let sample = Sample::scored(time_s, eval, c.distance, Vec::new(), updates, live);
         if time_to_target.is_none() && train.stop.target_met(&sample) {
             time_to_target = Some(sample.time_s);
         }
@@ -133,10 +135,13 @@ pub(super) fn assemble(
     let end_s = reports.iter().map(|r| r.end_s).fold(0.0, f64::max);
     let c = consensus_of(reports.iter().map(|r| r.final_view.view()), dim);
     let node_losses = crate::consensus::replica_losses(&c.replicas, |params| {
+        metrics.evaluations += params.len() as u64;
         params.iter().map(|p| workload.evaluate(p).loss).collect()
     });
     let live = reports.iter().filter(|r| r.up).count();
-    metrics.samples.push(Sample::scored(end_s, c.evaluate(workload), c.distance, node_losses, metrics.updates, live));
+    let eval = c.evaluate(workload);
+    metrics.evaluations += u64::from(eval.is_some());
+    metrics.samples.push(Sample::scored(end_s, eval, c.distance, node_losses, metrics.updates, live));
     if time_to_target.is_none() && metrics.samples.last().is_some_and(|s| train.stop.target_met(s)) {
         time_to_target = Some(end_s);
     }

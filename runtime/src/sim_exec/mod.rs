@@ -185,13 +185,15 @@ impl<P: Protocol> SimExecutor<P> {
 
     /// Evaluates the consensus model; returns the sample and the model (`None`: no model).
     fn evaluate(&mut self, per_node: bool) -> (Sample, Option<Vec<f32>>) {
-        let (eval, distance, node_losses, model) = {
+        let (eval, distance, node_losses, model, evaluated) = {
             let c = self.consensus();
             let eval = c.evaluate_on(&*self.workload, self.eval_threads());
-            let node_losses =
-                if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { Vec::new() };
-            (eval, c.distance, node_losses, c.model)
+            let (node_losses, distinct) =
+                if per_node && !self.workload.timing_only() { self.node_losses(&c.replicas) } else { (Vec::new(), 0) };
+            let evaluated = u64::from(eval.is_some()) + distinct;
+            (eval, c.distance, node_losses, c.model, evaluated)
         };
+        self.metrics.evaluations += evaluated;
         self.sim.absorb(eval.as_ref().map_or(NO_MODEL, |e| e.loss.to_bits()));
         self.sim.absorb(distance.to_bits());
         let live = (0..self.roles.len()).filter(|&r| self.sim.is_up(r)).count();
@@ -216,12 +218,15 @@ impl<P: Protocol> SimExecutor<P> {
     /// Each replica's loss, in rank order: on the gradient threads' count of threads for
     /// workloads whose gradients use them (an evaluation is a pure function of the parameters,
     /// so the losses are the same bits on any thread).
-    fn node_losses(&self, replicas: &[Option<std::borrow::Cow<'_, [f32]>>]) -> Vec<Option<f64>> {
+    fn node_losses(&self, replicas: &[Option<std::borrow::Cow<'_, [f32]>>]) -> (Vec<Option<f64>>, u64) {
         let workload = &*self.workload;
         let threads = self.eval_threads();
-        crate::consensus::replica_losses(replicas, |params| {
+        let mut distinct = 0;
+        let losses = crate::consensus::replica_losses(replicas, |params| {
+            distinct = params.len() as u64;
             crate::consensus::by_item(params.to_vec(), threads, |p| workload.evaluate(p).loss)
-        })
+        });
+        (losses, distinct)
     }
 
     fn dispatch(&mut self, occ: Occurrence<P::Msg>) {
