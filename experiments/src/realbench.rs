@@ -1,9 +1,10 @@
 //! `dsgd bench-real`: how fast real gradients flow through the engine. Each case runs one
 //! algorithm with `workers` workers of the burn MLP (784-128-10) on Fashion-MNIST at a batch size,
-//! and reports the real gradients computed per wall-clock second; beside them, in the same
-//! process, a plain burn training loop of one model at the same batch (forward, backward, burn's
-//! SGD: no engine, no flat vectors) on one core. The target: the engine at 100 workers delivers
-//! at least the plain loop's rate times the number of cores.
+//! and reports the real gradients computed per wall-clock second; beside them, measured in the
+//! same process just before each case (a machine's speed drifts from minute to minute), a plain
+//! burn training loop of one model at the same batch (forward, backward, burn's SGD: no engine,
+//! no flat vectors) on one core. The target: the engine at 100 workers delivers at least the
+//! plain loop's rate times the number of cores.
 //!
 //! Beside the rate, each case reports the process's CPU time per gradient (user and system, all
 //! threads, from `getrusage`) and the cores it kept busy (CPU time over wall time). The two
@@ -79,6 +80,11 @@ pub struct Row {
     /// Models evaluated on the test images (the consensus at each sample, each distinct replica
     /// at the end).
     pub evaluations: u64,
+    /// The plain loop measured just before this case (the machine's speed drifts from minute to
+    /// minute, so each case is set beside its own).
+    pub plain: Plain,
+    /// Gradients per second over the plain loop's steps per second × cores.
+    pub gradients_vs_plain: f64,
     /// The plain loop's time for the run's gradients and evaluations over wall time × cores.
     pub model_work_vs_machine: f64,
     /// CPU milliseconds (user and system, every thread of the process) per gradient.
@@ -168,6 +174,8 @@ pub fn measure(
         startup_s,
         gradients_per_s: s.gradients as f64 / wall_s.max(1e-9),
         evaluations,
+        plain,
+        gradients_vs_plain: s.gradients as f64 / wall_s.max(1e-9) / (plain.steps_per_s * plain.cores as f64),
         model_work_vs_machine: plain.work_s(s.gradients, evaluations) / (wall_s.max(1e-9) * plain.cores as f64),
         cpu_ms_per_gradient: 1e3 * cpu / (s.gradients.max(1) as f64),
         cores_busy: cpu / wall.max(1e-9),
@@ -259,21 +267,17 @@ impl Cluster {
     }
 }
 
-/// The rows and the plain loop as a Markdown table.
-pub fn table(rows: &[Row], plain: Plain) -> String {
-    let (per_s, cores) = (plain.steps_per_s, plain.cores);
-    let mut t = format!(
-        "plain burn loop (one model, one core): {per_s:.0} gradients/s ({:.3} ms a step); × {cores} cores = {:.0}; \
-         one evaluation {:.1} ms\n\n\
-         | algorithm | workers | gradients | evaluations | wall s | start-up s | gradients/s | vs plain loop × cores | model work ÷ machine | CPU ms/gradient | cores busy |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        1e3 / per_s,
-        per_s * cores as f64,
-        plain.evaluation_s * 1e3
+/// The rows, each beside its own plain loop, as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut t = String::from(
+        "Each case beside a plain burn loop (one model, one core) measured just before it: its steps a second, and \
+         one evaluation's time.\n\n\
+         | algorithm | workers | gradients | evaluations | wall s | start-up s | gradients/s | plain loop steps/s | evaluation ms | vs plain loop × cores | model work ÷ machine | CPU ms/gradient | cores busy |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         t += &format!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.3} | {:.2} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} |\n",
             r.algorithm,
             r.workers,
             r.gradients,
@@ -281,7 +285,9 @@ pub fn table(rows: &[Row], plain: Plain) -> String {
             r.wall_s,
             r.startup_s,
             r.gradients_per_s,
-            r.gradients_per_s / (per_s * cores as f64),
+            r.plain.steps_per_s,
+            r.plain.evaluation_s * 1e3,
+            r.gradients_vs_plain,
             r.model_work_vs_machine,
             r.cpu_ms_per_gradient,
             r.cores_busy
