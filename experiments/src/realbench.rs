@@ -17,7 +17,7 @@
 //! A run does model work besides its gradients: it evaluates the consensus model on the test
 //! images every simulated second and, at the end, each distinct replica (the per-node losses).
 //! In the paper cluster that work can exceed the gradients' (a parameter server whose NIC
-//! saturates computes 800 gradients in 30 simulated seconds and evaluates 31 models). So each
+//! saturates computes 800 gradients in 30 simulated seconds and evaluates 32 models). So each
 //! case also reports its evaluations and the **model work** over the machine's time: the time a
 //! plain loop on one core needs for the run's gradients and its evaluations (a plain burn forward
 //! pass over the same test images, measured beside the plain training loop), over the wall time
