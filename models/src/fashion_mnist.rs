@@ -24,14 +24,13 @@ pub struct Split {
     pub labels: Vec<u8>,
 }
 
-/// A pixel's value: `p as f32 / 255.0`, for every byte.
-static PIXEL: std::sync::LazyLock<[f32; 256]> = std::sync::LazyLock::new(|| std::array::from_fn(|p| p as f32 / 255.0));
-
 impl Split {
-    /// Appends image `i`'s pixels as `f32` in [0, 1] (each `p as f32 / 255.0`) to `out`.
+    /// Appends image `i`'s pixels as `f32` in [0, 1] (each `p as f32 / 255.0`) to `out`. The
+    /// division is computed, not looked up: it vectorises (a table of 256 values does not), so
+    /// a minibatch of 32 images is gathered in about half the time, and a division is correctly
+    /// rounded on every machine, so the bits are the table's.
     pub fn image(&self, i: usize, out: &mut Vec<f32>) {
-        let table = &*PIXEL;
-        out.extend(self.pixels[i * 784..(i + 1) * 784].iter().map(|&p| table[p as usize]));
+        out.extend(self.pixels[i * 784..(i + 1) * 784].iter().map(|&p| p as f32 / 255.0));
     }
     /// Number of images.
     pub fn len(&self) -> usize {
@@ -108,6 +107,21 @@ mod tests {
     fn a_missing_folder_says_how_to_install_the_data() {
         let e = FashionMnist::load(Path::new("/nonexistent/fm")).unwrap_err();
         assert!(e.to_string().contains("apt-get install dataset-fashion-mnist"), "{e}");
+    }
+
+    #[test]
+    fn every_byte_reads_as_its_correctly_rounded_fraction_of_255() {
+        // Every byte value, in a vectorised image, against one division at a time.
+        let pixels: Vec<u8> = (0..784).map(|k| (k * 37 % 256) as u8).collect();
+        let split = Split { pixels: pixels.clone(), labels: vec![0] };
+        let mut image = Vec::new();
+        split.image(0, &mut image);
+        let one_at_a_time: Vec<u32> = pixels
+            .iter()
+            .map(|&p| (std::hint::black_box(p as f32) / std::hint::black_box(255.0f32)).to_bits())
+            .collect();
+        assert_eq!(image.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), one_at_a_time);
+        assert_eq!((image[0], image[pixels.iter().position(|&p| p == 255).unwrap()]), (0.0, 1.0));
     }
 
     #[test]
