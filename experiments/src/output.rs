@@ -291,8 +291,14 @@ pub fn timeline_csv(r: &RunResult) -> String {
     s
 }
 
-/// Writes `bytes` to `path` atomically (a temporary file in the same folder, then a rename).
+/// Writes `bytes` to `path` atomically (a temporary file in the same folder, then a rename). A
+/// path that names something other than a regular file (`/dev/null`, `/dev/stdout`, a pipe),
+/// directly or through a link, is written to as it is: a rename would put a file in its place
+/// (as root, `--json /dev/null` once turned the machine's `/dev/null` into a file).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return std::fs::OpenOptions::new().write(true).open(path)?.write_all(bytes);
+    }
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp =
         dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
@@ -373,4 +379,27 @@ pub fn fresh_dir(base: &Path) -> PathBuf {
         return base.to_path_buf();
     }
     (2..).map(|k| PathBuf::from(format!("{}-{k}", base.display()))).find(|p| !p.exists()).expect("some suffix is free")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_replaces_a_file_but_writes_through_to_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rows.json");
+        std::fs::write(&file, "old").unwrap();
+        write_atomic(&file, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        // A link to /dev/null: the device is written to and the link stays. (Were the rename
+        // done, it would replace the link, not the device.)
+        let link = dir.path().join("null.json");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        write_atomic(&link, b"{}").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file is left");
+    }
 }
