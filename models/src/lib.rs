@@ -18,6 +18,7 @@
 pub mod fashion_mnist;
 pub mod idx;
 pub mod nets;
+pub mod par;
 pub mod partition;
 pub mod profile;
 pub mod quadratic;

@@ -299,23 +299,7 @@ where
     };
     let all: Vec<usize> = (0..test_samples).collect();
     let chunks: Vec<&[usize]> = all.chunks(EVAL_CHUNK).collect();
-    let scores: Vec<(f64, usize)> = if threads < 2 || chunks.len() < 2 {
-        chunks.iter().map(|c| score(c)).collect()
-    } else {
-        let per = chunks.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let mut runs = chunks.chunks(per);
-            let mine = runs.next().unwrap_or_default();
-            let score = &score;
-            let others: Vec<_> =
-                runs.map(|run| s.spawn(move || run.iter().map(|c| score(c)).collect::<Vec<_>>())).collect();
-            let mut out: Vec<(f64, usize)> = mine.iter().map(|c| score(c)).collect();
-            for h in others {
-                out.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            }
-            out
-        })
-    };
+    let scores = crate::par::by_item(chunks, threads, score);
     let (mut loss, mut right) = (0.0, 0usize);
     for (l, r) in scores {
         loss += l;
@@ -479,10 +463,7 @@ impl Workload for BurnNet {
         self.parts.as_ref().map(|p| p.1.clone())
     }
     fn evaluate(&self, params: &[f32]) -> Evaluation {
-        if let (Device::Cpu, NetKind::Cnn) = (self.device, &self.kind) {
-            return self.evaluate_lean_cnn(params);
-        }
-        self.evaluate_burn(params)
+        self.evaluate_on(params, 1)
     }
     fn evaluate_on(&self, params: &[f32], threads: usize) -> Evaluation {
         if let (Device::Cpu, NetKind::Cnn) = (self.device, &self.kind) {
