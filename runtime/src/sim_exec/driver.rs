@@ -2,6 +2,7 @@
 //! and gradient jobs whose durations come from the compute model, a measurement or a recording.
 
 use super::check::Checker;
+use super::jobs::Jobs;
 use crate::gradient_pool::{GradientInput, GradientOutput, GradientPool, Task};
 use crate::host::Driver;
 use crate::protocol::JobId;
@@ -9,7 +10,6 @@ use crate::sharing::{InProcess, Sharing};
 use crate::timing::{GradientTiming, Recording};
 use dsgd_models::Workload;
 use dsgd_sim::{Sim, SimDuration, SimTime};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A gradient job in flight: its input, computed when it completes, or handed to the pool.
@@ -87,7 +87,7 @@ impl GradientDurations {
 /// Split borrows of the executor that the core drives a handler call through.
 pub(super) struct SimDriver<'a, M> {
     pub sim: &'a mut Sim<M>,
-    pub jobs: &'a mut BTreeMap<u64, Job>,
+    pub jobs: &'a mut Jobs,
     pub timing: &'a mut GradientDurations,
     pub pool: Option<&'a GradientPool>,
     pub sharing: &'a mut InProcess,
@@ -124,7 +124,7 @@ impl<M> Driver<M> for SimDriver<'_, M> {
             (None, Some(pool)) => Job::Pooled(pool.submit(due.as_nanos(), job.0, input)),
             (None, None) => Job::Inline(input),
         };
-        self.jobs.insert(job.0, j);
+        self.jobs.insert(rank, job.0, j);
         (job, Some(due))
     }
     fn sharing(&mut self) -> &mut dyn Sharing {

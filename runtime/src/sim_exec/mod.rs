@@ -10,6 +10,7 @@
 mod check;
 mod driver;
 mod guard;
+mod jobs;
 
 pub use check::{CheckReport, Checks};
 
@@ -28,7 +29,7 @@ use driver::{GradientDurations, Job, SimDriver};
 use dsgd_models::Workload;
 use dsgd_sim::{Occurrence, Sim, SimConfig, SimDuration, SimError, SimTime};
 use guard::Guard;
-use std::collections::BTreeMap;
+use jobs::Jobs;
 use std::sync::Arc;
 
 /// Drives a protocol on the simulator.
@@ -39,7 +40,7 @@ pub struct SimExecutor<P: Protocol> {
     cores: Vec<RankCore>,
     workload: Arc<dyn Workload>,
     train: TrainConfig,
-    jobs: BTreeMap<u64, Job>,
+    jobs: Jobs,
     metrics: Metrics,
     threads: usize,
     /// Background threads for gradients (real networks on the CPU, `threads` > 1, modelled timing).
@@ -76,7 +77,7 @@ impl<P: Protocol> SimExecutor<P> {
             roles,
             workload,
             train,
-            jobs: BTreeMap::new(),
+            jobs: Jobs::new(sim.nodes),
             metrics: Metrics::default(),
             threads: crate::gradient_pool::threads(),
             sharing: InProcess::new(crate::gradient_pool::threads()),
@@ -280,21 +281,18 @@ impl<P: Protocol> SimExecutor<P> {
                 p.on_message(&mut c, from, payload);
             }
             Occurrence::ComputeDone { node, job, .. } => {
-                let j = self.jobs.remove(&job.0).expect("every job is recorded");
+                let j = self.jobs.take(node, job.0).expect("every job is recorded");
                 debug_assert_eq!(j.node(), node);
                 let (grad, loss) = j.output(&*self.workload, self.pool.as_ref());
                 let (p, c) = self.host(node);
                 c.gradient_done(p, job, grad, loss);
             }
             Occurrence::Crashed { node } => {
-                let pool = self.pool.as_ref();
-                self.jobs.retain(|_, j| {
-                    let keep = j.node() != node;
-                    if let (false, Job::Pooled(t), Some(pool)) = (keep, &*j, pool) {
-                        pool.drop_task(t);
+                for j in self.jobs.take_all(node) {
+                    if let (Job::Pooled(t), Some(pool)) = (j, self.pool.as_ref()) {
+                        pool.drop_task(&t);
                     }
-                    keep
-                });
+                }
                 self.sharing.crashed(node);
                 let (p, c) = self.host(node);
                 c.crashed(p);
