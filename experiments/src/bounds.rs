@@ -273,26 +273,25 @@ fn arithmetic_s(spec: &Spec) -> f64 {
 const FIRST_TOUCH_S_PER_BYTE: f64 = 0.5e-9;
 
 /// Wall nanoseconds an event costs, message and protocol included (measured by `dsgd
-/// bench-scale` on a 2-core Intel Xeon, 2026-12-06: 170-275 ns at 100 nodes). It grows with the
-/// nodes as their state leaves the caches: slowly where an event touches a neighbour's state
-/// (collectives, servers: 209 ns at 10,000 nodes for the ring, 620 at 100,000 for the
-/// hierarchical all-reduce; 2-core AMD EPYC, 2026-12-06), fast where it touches a random peer's
-/// (gossip, EASGD's centre serving any worker: 620-900 ns at 10,000 gossip nodes, 1.5-1.8 µs at
+/// bench-scale` on a 2-core Intel Xeon VM, 2026-12-07: 111-178 ns at 100 nodes). It grows with
+/// the nodes as their state leaves the caches: slowly where an event touches a neighbour's state
+/// (collectives, servers: 150 ns at 10,000 nodes for the ring, 390 at 100,000 for the
+/// hierarchical all-reduce), fast where it touches a random peer's (gossip: 370-440 ns at 10,000
+/// nodes, 1.3-1.7 µs at 100,000; EASGD's centre serving any worker: 200 ns at 10,000, 580 at
 /// 100,000).
 pub fn ns_per_event(spec: &Spec) -> f64 {
     let n = spec.nodes as f64;
     match spec.algorithm {
-        AlgorithmConfig::Gossip(_) => 250.0 * (1.0 + (n / 4000.0).min(5.0)),
-        AlgorithmConfig::Easgd(_) => 250.0 * (1.0 + (n / 10_000.0).min(2.0)),
+        AlgorithmConfig::Gossip(_) => 180.0 * (1.0 + (n / 5000.0).min(7.0)),
+        AlgorithmConfig::Easgd(_) => 150.0 * (1.0 + (n / 10_000.0).min(3.0)),
         // Most of a large server's events are the workers' first pulls, served in order. A worker
         // of thousands of shards assembles its model from as many slices, each its own message
         // (12,800 shards: about 800 ns an event, found by the fuzzer's long cases). At 100,000
-        // workers an event cost 234 ns with its first touches on the Intel VM, 271 on the AMD one
-        // (2026-12-07 and -06).
+        // workers an event cost 221 ns with its first touches on the Intel VM (2026-12-07).
         AlgorithmConfig::AsyncPs(ref c) => {
-            200.0 * (1.0 + (n / 1_000_000.0).min(0.5) + (c.shards as f64 / 4000.0).min(3.0))
+            170.0 * (1.0 + (n / 1_000_000.0).min(0.5) + (c.shards as f64 / 4000.0).min(3.0))
         }
-        _ => 200.0 * (1.0 + (n / 40_000.0).min(1.5)),
+        _ => 170.0 * (1.0 + (n / 40_000.0).min(1.5)),
     }
 }
 
