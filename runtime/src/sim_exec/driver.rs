@@ -60,6 +60,11 @@ impl GradientDurations {
         result: &mut Option<GradientOutput>,
         workload: &dyn Workload,
     ) -> Option<SimDuration> {
+        // Under the compute model nothing of the rank's is read (at 10,000 ranks its list is
+        // seldom in cache).
+        if let GradientTiming::Model = self.mode {
+            return None;
+        }
         let k = self.used.per_rank[rank].len();
         let ns = match &self.mode {
             GradientTiming::Model => return None,

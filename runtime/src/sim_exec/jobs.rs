@@ -17,11 +17,13 @@ impl Jobs {
     }
 
     /// Records job `id` of `rank`.
+    #[inline]
     pub fn insert(&mut self, rank: usize, id: u64, job: Job) {
         self.by_rank[rank].push((id, job));
     }
 
     /// Takes job `id` of `rank` out, if it is there.
+    #[inline]
     pub fn take(&mut self, rank: usize, id: u64) -> Option<Job> {
         let jobs = &mut self.by_rank[rank];
         let k = jobs.iter().position(|(j, _)| *j == id)?;

@@ -444,8 +444,15 @@ impl SyncWorker {
     fn invalidate(&mut self) {
         self.gen += 1;
     }
+    /// The rank's index among the members. With every rank a member (no crash yet) it is the
+    /// rank itself, found with one read: the members are distinct and ascending, so `members[r]
+    /// == r` only at index `r`. A binary search otherwise.
     fn me(&self, rank: usize) -> Option<usize> {
-        self.now.members.binary_search(&rank).ok()
+        let members = &self.now.members;
+        if members.get(rank) == Some(&rank) {
+            return Some(rank);
+        }
+        members.binary_search(&rank).ok()
     }
     /// `v`, or a vector with its bits that another member already holds (see
     /// [`crate::sharing`]).
