@@ -623,3 +623,22 @@ impl Protocol for SyncWorker {
         Audit { role: "worker", stage: Some(stage), progress: [Some(self.done), None], agreed, push_sum: None }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_finds_its_index_among_any_members() {
+        let cfg = SyncConfig::default();
+        let mut w = SyncWorker::new(cfg, 1, OptimizerConfig::default(), 8);
+        let lists: [&[usize]; 6] = [&[0, 1, 2, 3, 4, 5, 6, 7], &[0, 1, 3, 4], &[1, 2, 3], &[0, 2, 3], &[5], &[]];
+        for members in lists {
+            w.now.members = members.into();
+            for rank in 0..9 {
+                let linear = members.iter().position(|&m| m == rank);
+                assert_eq!(w.me(rank), linear, "rank {rank} among {members:?}");
+            }
+        }
+    }
+}
