@@ -60,12 +60,8 @@ impl GradientDurations {
         result: &mut Option<GradientOutput>,
         workload: &dyn Workload,
     ) -> Option<SimDuration> {
-        // Under the compute model nothing of the rank's is read (at 10,000 ranks its list is
+        // Under the compute model nothing of the rank's is read (at 10,000 ranks its record is
         // seldom in cache).
-        if let GradientTiming::Model = self.mode {
-            return None;
-        }
-        let k = self.used.per_rank[rank].len();
         let ns = match &self.mode {
             GradientTiming::Model => return None,
             GradientTiming::Measure => {
@@ -74,15 +70,18 @@ impl GradientDurations {
                 *result = Some(job.compute(workload));
                 started.elapsed().as_nanos().max(1) as u64
             }
-            GradientTiming::Replay(rec) => match rec.per_rank.get(rank).and_then(|v| v.get(k)) {
-                Some(&ns) => ns,
-                None => {
-                    self.error.get_or_insert_with(|| {
-                        format!("the recording has no duration for gradient {k} of rank {rank}; it was made by another spec")
-                    });
-                    1
+            GradientTiming::Replay(rec) => {
+                let k = self.used.per_rank[rank].len();
+                match rec.per_rank.get(rank).and_then(|v| v.get(k)) {
+                    Some(&ns) => ns,
+                    None => {
+                        self.error.get_or_insert_with(|| {
+                            format!("the recording has no duration for gradient {k} of rank {rank}; it was made by another spec")
+                        });
+                        1
+                    }
                 }
-            },
+            }
         };
         self.used.per_rank[rank].push(ns);
         Some(SimDuration(ns))
