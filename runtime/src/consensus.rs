@@ -14,7 +14,7 @@
 //! digest absorbs [`NO_MODEL`] in place of the loss.
 
 use crate::protocol::View;
-pub(crate) use dsgd_models::par::by_item;
+use dsgd_models::par::by_item;
 use dsgd_models::{Evaluation, Workload};
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -225,7 +225,7 @@ impl<P: Protocol> SimExecutor<P> {
         let mut distinct = 0;
         let losses = crate::consensus::replica_losses(replicas, |params| {
             distinct = params.len() as u64;
-            crate::consensus::by_item(params.to_vec(), threads, |p| workload.evaluate(p).loss)
+            dsgd_models::par::by_item(params.to_vec(), threads, |p| workload.evaluate(p).loss)
         });
         (losses, distinct)
     }
