@@ -244,6 +244,9 @@ pub struct Extras {
     pub checks: Option<Checks>,
     /// A real run's order of handler calls, replayed (see [`crate::order`]).
     pub order: Option<crate::order::RecordedOrder>,
+    /// Prefetching of the next event's node state forced on or off (default: on from 5,000
+    /// nodes, see [`SimExecutor::with_prefetch`]); it changes no result, only the speed.
+    pub prefetch: Option<bool>,
 }
 
 /// [`run_timed`], with the simulation tester's invariants checked after every event when
@@ -282,6 +285,9 @@ pub fn run_checked(
             P::Msg: Serialize + DeserializeOwned,
         {
             let mut exec = SimExecutor::new(self.sim, roles, self.workload, self.train)?.with_timing(self.timing);
+            if let Some(on) = self.extras.prefetch {
+                exec = exec.with_prefetch(on);
+            }
             if let Some(order) = &self.extras.order {
                 exec = exec.with_order(self.sim, order)?;
             }

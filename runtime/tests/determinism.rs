@@ -61,3 +61,27 @@ fn the_digest_covers_the_arithmetic() {
     let alg = AlgorithmConfig::Sync(SyncConfig::default());
     assert_ne!(once(alg, 7, 0.1).0, once(alg, 7, 0.1000001).0);
 }
+
+/// Prefetching the next event's node state (on by default from
+/// `dsgd_runtime::sim_exec::PREFETCH_FROM` nodes) changes no bit of any algorithm's run, faults
+/// included: forced on and forced off, the digests, final parameters and losses are the same.
+#[test]
+fn prefetching_changes_no_bit() {
+    use dsgd_runtime::runner::{run_checked, Extras};
+    use dsgd_runtime::timing::GradientTiming;
+    let with = |alg: AlgorithmConfig, on: bool| {
+        let mut sim = cluster(7, 20, 30, 10.0);
+        sim.compute.jitter = Jitter::LogNormal { sigma: 0.4 };
+        sim.faults.schedule = vec![Fault::Crash { node: 1, at: SimTime::from_secs_f64(1.0) }];
+        let mut t = train(3.0);
+        t.optimizer.momentum = 0.5;
+        let wl = Arc::new(Softmax::new(SoftmaxConfig { train: 2_000, test: 500, ..Default::default() }));
+        let extras = Extras { prefetch: Some(on), ..Extras::default() };
+        let r = run_checked(&alg, 5, &sim, wl, t, GradientTiming::Model, extras).expect("valid configuration");
+        let bits: Vec<u32> = r.final_params.iter().map(|x| x.to_bits()).collect();
+        (r.digest, bits, r.stats.events)
+    };
+    for alg in algorithms() {
+        assert_eq!(with(alg, true), with(alg, false), "{}", alg.label());
+    }
+}

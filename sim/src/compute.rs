@@ -106,6 +106,19 @@ pub struct ComputeModel {
     rngs: Vec<StreamRng>,
 }
 
+impl ComputeModel {
+    /// Prefetches node `node`'s stream and step time.
+    #[inline]
+    pub(crate) fn prefetch(&self, node: usize) {
+        if let Some(r) = self.rngs.get(node) {
+            crate::prefetch::lines(r, 6);
+        }
+        if let Some(b) = self.base.get(node) {
+            crate::prefetch::lines(b, 1);
+        }
+    }
+}
+
 fn check_factor(field: String, f: f64) -> Result<()> {
     if f.is_finite() && f > 0.0 {
         Ok(())

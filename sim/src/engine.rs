@@ -610,6 +610,30 @@ impl<M> Sim<M> {
         self.queue.advance_to(to)
     }
 
+    /// The node the next event concerns, as a hint for prefetching (`None` where there is no
+    /// next event or it concerns no node); changes nothing.
+    #[inline]
+    pub fn next_node(&mut self) -> Option<usize> {
+        let transit = match self.queue.peek_hint()? {
+            Err(code) => InFlight(code & INLINE_ID_MAX),
+            Ok(Ev::Timer { node, .. } | Ev::Compute { node, .. }) => return Some(*node as usize),
+            Ok(Ev::Hop(id) | Ev::Deliver(id) | Ev::Received(id) | Ev::Resend(id)) => *id,
+            Ok(_) => return None,
+        };
+        self.transits.get(transit.0 as usize).map(|t| t.to as usize)
+    }
+
+    /// Prefetches what an event of `node` reads of the engine's state: its compute stream and
+    /// step time, its incarnation and its NIC (see [`crate::prefetch`]).
+    #[inline]
+    pub fn prefetch_node(&self, node: usize) {
+        if let Some(n) = self.nodes.get(node) {
+            crate::prefetch::lines(n, 1);
+        }
+        self.compute.prefetch(node);
+        self.net.prefetch(node);
+    }
+
     /// Like [`Sim::step`], but stops (returning `None`) before any event later than `until`.
     pub fn step_until(&mut self, until: SimTime) -> Option<(SimTime, Occurrence<M>)> {
         while let Some((now, key, ev)) = self.pop_until(until) {

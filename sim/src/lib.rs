@@ -18,6 +18,7 @@ pub mod engine;
 pub mod error;
 pub mod faults;
 pub mod net;
+pub mod prefetch;
 pub mod queue;
 pub mod radix;
 pub mod rng;

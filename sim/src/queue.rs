@@ -223,6 +223,21 @@ impl<E> EventQueue<E> {
         }
         None
     }
+    /// The next event, as a hint: `Ok` with a live one's payload, `Err` with an inline one's
+    /// code, `None` when the queue is empty or its first entry was cancelled (it is left for the
+    /// next pop to drop).
+    #[inline]
+    pub fn peek_hint(&mut self) -> Option<std::result::Result<&E, u32>> {
+        let (_, seq, slot) = self.heap.peek()?;
+        if slot & INLINE != 0 {
+            return Some(Err(slot & !INLINE));
+        }
+        let s = self.slots.get(slot as usize)?;
+        if s.seq != seq {
+            return None;
+        }
+        s.payload.as_ref().map(Ok)
+    }
     fn live_slot(&self, key: EventKey) -> Option<&Slot<E>> {
         self.slots.get(key.slot()).filter(|s| s.gen == key.gen() && s.payload.is_some())
     }

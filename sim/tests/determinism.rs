@@ -194,3 +194,52 @@ fn timers_can_be_cancelled_and_moved_through_the_engine() {
     assert_eq!(fired, vec![(SimTime(30), 3), (SimTime(40), 1)]);
     assert!(sim.move_timer(c, SimTime(50)).is_err());
 }
+
+/// `Sim::next_node`, the prefetching hint, names the node of the occurrence the next step
+/// returns whenever that step processes one event (a message's hops are events of their own),
+/// through computations, timers and messages that queue behind one another on the NICs.
+#[test]
+fn the_next_node_hint_names_the_node_of_the_next_occurrence() {
+    let nodes = 7;
+    let cfg = SimConfig {
+        compute: ComputeConfig {
+            base: SimDuration::from_millis(1),
+            jitter: Jitter::LogNormal { sigma: 0.5 },
+            ..Default::default()
+        },
+        ..SimConfig::new(nodes, 3)
+    };
+    let mut sim: Sim<u64> = Sim::new(&cfg).unwrap();
+    for n in 0..nodes {
+        sim.start_compute(n, 1.0).unwrap();
+    }
+    let end = SimTime::from_secs_f64(0.5);
+    let (mut checked, mut kinds) = (0, [0; 3]);
+    loop {
+        let before = sim.stats().events;
+        let hint = sim.next_node();
+        let Some((_, occ)) = sim.step_until(end) else { break };
+        let (node, kind) = match occ {
+            Occurrence::ComputeDone { node, job, .. } => {
+                for k in 1..4 {
+                    sim.send(node, (node + k * (job.0 as usize % 3 + 1)) % nodes, 100_000, job.0).unwrap();
+                }
+                sim.set_timer(node, SimDuration::from_micros(300), job.0).unwrap();
+                (node, 0)
+            }
+            Occurrence::Timer { node, .. } => {
+                sim.start_compute(node, 1.0).unwrap();
+                (node, 1)
+            }
+            Occurrence::Message { to, .. } => (to, 2),
+            other => panic!("no faults, yet {other:?}"),
+        };
+        if sim.stats().events == before + 1 {
+            assert_eq!(hint, Some(node), "event {}", before + 1);
+            checked += 1;
+            kinds[kind] += 1;
+        }
+    }
+    assert!(kinds.iter().all(|&k| k > 100), "each kind checked often: {kinds:?} of {checked}");
+    assert_eq!(sim.next_node().is_some(), sim.peek_time().is_some());
+}

@@ -16,6 +16,14 @@ impl Jobs {
         Jobs { by_rank: (0..ranks).map(|_| SmallVec::new()).collect() }
     }
 
+    /// Prefetches `rank`'s jobs.
+    #[inline]
+    pub fn prefetch(&self, rank: usize) {
+        if let Some(j) = self.by_rank.get(rank) {
+            dsgd_sim::prefetch::lines(j, 2);
+        }
+    }
+
     /// Records job `id` of `rank`.
     #[inline]
     pub fn insert(&mut self, rank: usize, id: u64, job: Job) {

@@ -54,7 +54,18 @@ pub struct SimExecutor<P: Protocol> {
     check: Option<Checker<P::Msg>>,
     /// A real run's order of handler calls, when it is replayed.
     replay: Option<Replay<Occurrence<P::Msg>>>,
+    /// Whether the next event's node state is prefetched while an event is handled
+    /// ([`PREFETCH_FROM`] nodes on).
+    prefetch: bool,
 }
+
+/// The node count from which the nodes' state (a few kilobytes each: streams, time account,
+/// protocol, NIC) no longer fits the caches close to the processor, so that while an event is
+/// handled the next event's node state is prefetched. Below it the state is in the caches and
+/// the prefetches only cost their instructions: at 1,000 nodes the ring, EASGD and the backup
+/// worker ran 5-25% slower with them, at 10,000 and 100,000 every algorithm ran faster (see
+/// docs/performance.md).
+pub const PREFETCH_FROM: usize = 5_000;
 
 impl<P: Protocol> SimExecutor<P> {
     /// Builds the cluster (one rank per entry of `roles`; `sim.nodes` must match).
@@ -84,8 +95,17 @@ impl<P: Protocol> SimExecutor<P> {
             pool: None,
             check: None,
             replay: None,
+            prefetch: sim.nodes >= PREFETCH_FROM,
             timing: GradientDurations { mode: GradientTiming::Model, used: Recording::new(sim.nodes), error: None },
         })
+    }
+
+    /// Forces the prefetching of the next event's node state on or off (by default it is on
+    /// from [`PREFETCH_FROM`] nodes). A prefetch changes no value: the run is the same bits
+    /// either way, only faster or slower.
+    pub fn with_prefetch(mut self, on: bool) -> Self {
+        self.prefetch = on;
+        self
     }
 
     /// Sets where gradient durations come from (the compute model by default).
@@ -270,6 +290,20 @@ impl<P: Protocol> SimExecutor<P> {
         c.after(node, &self.roles[node], self.cores[node].clock.state, now);
     }
 
+    /// Prefetches what a handler call on `node` reads: its role, its streams and time account,
+    /// its jobs, and the engine's state of it (see [`dsgd_sim::prefetch`]). Called for the next
+    /// event's node while the current one is handled, so that its cache misses overlap this
+    /// event's work instead of following one another in the next one's.
+    #[inline]
+    fn prefetch(&self, node: usize) {
+        self.sim.prefetch_node(node);
+        if let (Some(role), Some(core)) = (self.roles.get(node), self.cores.get(node)) {
+            dsgd_sim::prefetch::lines(role, 8);
+            dsgd_sim::prefetch::lines(core, 12);
+        }
+        self.jobs.prefetch(node);
+    }
+
     fn handle(&mut self, occ: Occurrence<P::Msg>) {
         match occ {
             Occurrence::Timer { node, tag, .. } => {
@@ -353,6 +387,11 @@ impl<P: Protocol> SimExecutor<P> {
         let mut guard = Guard::default();
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
+                if self.prefetch {
+                    if let Some(next) = self.sim.next_node() {
+                        self.prefetch(next);
+                    }
+                }
                 guard.check(now, &self.sim)?;
                 self.dispatch(occ);
                 self.violation()?;

@@ -295,6 +295,17 @@ impl Network {
         self.nodes
     }
 
+    /// Prefetches node `node`'s latency and its NIC's two links.
+    #[inline]
+    pub(crate) fn prefetch(&self, node: usize) {
+        if let Some(l) = self.latency.get(node) {
+            crate::prefetch::lines(l, 1);
+        }
+        if let Some(l) = self.links.get(2 * node..2 * node + 2) {
+            crate::prefetch::lines(l, 3);
+        }
+    }
+
     /// The links a message from `from` to `to` crosses, in order.
     pub fn path(&self, from: usize, to: usize) -> ([LinkId; 4], usize) {
         match self.topology {
