@@ -13,7 +13,8 @@
 pub fn lines<T: ?Sized>(value: &T, max_lines: usize) {
     let start = (value as *const T).cast::<u8>();
     let end = start.wrapping_add(std::mem::size_of_val(value));
-    let mut at = (start as usize & !63) as *const u8;
+    // The line that holds the first byte (an address moved back, keeping its provenance).
+    let mut at = start.wrapping_sub(start as usize & 63);
     for _ in 0..max_lines {
         if at >= end {
             break;

@@ -63,7 +63,7 @@ pub struct SimExecutor<P: Protocol> {
 /// protocol, NIC) no longer fits the caches close to the processor, so that while an event is
 /// handled the next event's node state is prefetched. Below it the state is in the caches and
 /// the prefetches only cost their instructions: at 1,000 nodes the ring, EASGD and the backup
-/// worker ran 5-25% slower with them, at 10,000 and 100,000 every algorithm ran faster (see
+/// worker ran 8-25% slower with them, at 10,000 and 100,000 every algorithm ran faster (see
 /// docs/performance.md).
 pub const PREFETCH_FROM: usize = 5_000;
 
