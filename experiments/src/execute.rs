@@ -55,6 +55,7 @@ pub fn execute_checked(spec: &Spec, checks: Checks) -> Result<Outcome> {
 }
 
 fn execute_full(spec: &Spec, trace: bool, recording: Option<Recording>, extras: Extras) -> Result<Outcome> {
+    crate::pages::for_workload(&spec.workload);
     let mut r = spec.resolve()?;
     r.sim.trace = trace;
     if let Some(rec) = recording {

@@ -70,6 +70,7 @@ pub fn run(b: &GradBench) -> Result<GradTimes> {
     if b.batch == 0 || b.steps == 0 {
         return Err(Error::argument("--batch, --steps", "must be at least 1"));
     }
+    crate::pages::for_net(&b.kind);
     let dir = fashion_mnist::resolve_dir(b.data_dir.as_deref());
     let data = nets::dataset(&dir)?;
     let net = BurnNet::with_device(b.kind.clone(), data, 1, b.device)?;

@@ -31,6 +31,7 @@ pub mod execute;
 pub mod gradbench;
 pub mod load;
 pub mod output;
+pub mod pages;
 pub mod plot;
 #[cfg(feature = "mpi")]
 pub mod real;

@@ -11,6 +11,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
+    dsgd_experiments::pages::small();
     cli::main()
 }
 

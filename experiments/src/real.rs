@@ -130,6 +130,7 @@ impl Drive for OnMpi<'_> {
 /// Runs `spec` for real on this MPI job; the outcome on rank 0, `None` elsewhere.
 pub fn run_spec(world: &SimpleCommunicator, spec: &Spec) -> Result<Option<Outcome>> {
     let crashes = for_real(spec)?;
+    crate::pages::for_workload(&spec.workload);
     let r = spec.resolve()?;
     if !matches!(r.timing, dsgd_runtime::timing::GradientTiming::Model) {
         return Err(refused(
