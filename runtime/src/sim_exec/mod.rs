@@ -304,6 +304,15 @@ impl<P: Protocol> SimExecutor<P> {
         self.jobs.prefetch(node);
     }
 
+    /// Prefetches the next event's node state ([`Self::prefetch`]); out of line, so that the
+    /// loop of a run without prefetching stays as it was.
+    #[inline(never)]
+    fn prefetch_next(&mut self) {
+        if let Some(next) = self.sim.next_node() {
+            self.prefetch(next);
+        }
+    }
+
     fn handle(&mut self, occ: Occurrence<P::Msg>) {
         match occ {
             Occurrence::Timer { node, tag, .. } => {
@@ -388,9 +397,7 @@ impl<P: Protocol> SimExecutor<P> {
         let reason = loop {
             if let Some((now, occ)) = self.sim.step_until(next_eval.min(end)) {
                 if self.prefetch {
-                    if let Some(next) = self.sim.next_node() {
-                        self.prefetch(next);
-                    }
+                    self.prefetch_next();
                 }
                 guard.check(now, &self.sim)?;
                 self.dispatch(occ);
