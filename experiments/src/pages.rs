@@ -11,22 +11,24 @@
 //! speed; where the kernel refuses, nothing changes.
 
 use dsgd_models::nets::NetKind;
-use dsgd_models::spec::{BurnModel, WorkloadSpec};
+use dsgd_models::spec::WorkloadSpec;
 
 /// Small pages from now on (the program's default, set at its start).
 pub fn small() {
     huge(false);
 }
 
-/// The pages for a run of `workload`: huge ones for a convolutional network, small otherwise.
+/// The pages for a run of `workload`: those of its network ([`for_net`]), small ones for the
+/// workloads without one.
 pub fn for_workload(workload: &WorkloadSpec) {
-    huge(matches!(
-        workload,
-        WorkloadSpec::Burn { model: BurnModel::Cnn | BurnModel::Resnet20 | BurnModel::Resnet18, .. }
-    ));
+    match workload {
+        WorkloadSpec::Burn { model, .. } => for_net(&model.net_kind(Vec::new())),
+        _ => small(),
+    }
 }
 
-/// The pages for the gradients of `kind` (see [`for_workload`]).
+/// The pages for the gradients of `kind`: huge ones for a convolutional network, small ones for
+/// the MLP.
 pub fn for_net(kind: &NetKind) {
     huge(!matches!(kind, NetKind::Mlp { .. }));
 }
@@ -44,7 +46,8 @@ fn huge(on: bool) {
 mod tests {
     use super::*;
 
-    /// The kernel's flag follows the workload: off for the MLP, on for the convolutional nets.
+    /// The kernel's flag follows the network: off for the MLP and for workloads without a network,
+    /// on for the convolutional nets.
     #[test]
     fn convolutional_networks_get_huge_pages_and_the_rest_small_ones() {
         for (kind, huge) in
@@ -52,6 +55,16 @@ mod tests {
         {
             for_net(&kind);
             assert_eq!(nix::sys::prctl::get_thp_disable().expect("prctl"), !huge, "{kind:?}");
+        }
+        for (json, huge) in [
+            (r#"{"kind": "burn", "model": "resnet20"}"#, true),
+            (r#"{"kind": "burn", "model": "mlp"}"#, false),
+            (r#"{"kind": "burn", "model": "cnn"}"#, true),
+            (r#"{"kind": "timing", "params": 1000}"#, false),
+        ] {
+            let workload: WorkloadSpec = serde_json::from_str(json).expect("a workload");
+            for_workload(&workload);
+            assert_eq!(nix::sys::prctl::get_thp_disable().expect("prctl"), !huge, "{json}");
         }
         small();
         assert!(nix::sys::prctl::get_thp_disable().expect("prctl"));
