@@ -614,11 +614,18 @@ impl<M> Sim<M> {
     /// next event or it concerns no node); changes nothing.
     #[inline]
     pub fn next_node(&mut self) -> Option<usize> {
-        let transit = match self.queue.peek_hint()? {
-            Err(code) => InFlight(code & INLINE_ID_MAX),
-            Ok(Ev::Timer { node, .. } | Ev::Compute { node, .. }) => return Some(*node as usize),
-            Ok(Ev::Hop(id) | Ev::Deliver(id) | Ev::Received(id) | Ev::Resend(id)) => *id,
-            Ok(_) => return None,
+        let inline;
+        let ev = match self.queue.peek_hint()? {
+            Err(code) => {
+                inline = Stage::decode(code);
+                &inline
+            }
+            Ok(ev) => ev,
+        };
+        let transit = match ev {
+            Ev::Timer { node, .. } | Ev::Compute { node, .. } => return Some(*node as usize),
+            Ev::Hop(id) | Ev::Deliver(id) | Ev::Received(id) | Ev::Resend(id) => *id,
+            _ => return None,
         };
         self.transits.get(transit.0 as usize).map(|t| t.to as usize)
     }
