@@ -51,6 +51,7 @@ pub mod order;
 pub mod outcome;
 pub mod protocol;
 pub mod protocols;
+pub mod rows;
 pub mod runner;
 pub mod sharing;
 pub mod sim_exec;

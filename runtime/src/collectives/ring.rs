@@ -82,6 +82,7 @@ fn sum_part(contributions: &[&[f32]], wire: usize, from: usize, out: &mut [f32])
     let wire = wire.max(1);
     let at = |x: usize| (x as u128 * n as u128 / wire as u128) as usize;
     let to = from + out.len();
+    let mut rows = Vec::with_capacity(p);
     for c in 0..p {
         let nominal = chunk(wire, p, c);
         let r = at(nominal.start).max(from)..at(nominal.end).min(to);
@@ -90,9 +91,8 @@ fn sum_part(contributions: &[&[f32]], wire: usize, from: usize, out: &mut [f32])
         }
         let acc = &mut out[r.start - from..r.end - from];
         acc.copy_from_slice(&contributions[c][r.clone()]);
-        for k in 1..p {
-            let own = &contributions[(c + k) % p][r.clone()];
-            acc.iter_mut().zip(own).for_each(|(a, g)| *a += g);
-        }
+        rows.clear();
+        rows.extend((1..p).map(|k| &contributions[(c + k) % p][r.clone()]));
+        crate::rows::add_rows(acc, &rows);
     }
 }

@@ -109,9 +109,8 @@ impl Buffers {
 /// first is summed into in place when nothing else holds it.
 pub fn sum_in_order(mut vs: impl Iterator<Item = Arc<Vec<f32>>>) -> Vec<f32> {
     let mut acc = vs.next().map(Arc::unwrap_or_clone).unwrap_or_default();
-    for v in vs {
-        acc.iter_mut().zip(v.iter()).for_each(|(a, b)| *a += b);
-    }
+    let rest: Vec<Arc<Vec<f32>>> = vs.collect();
+    crate::rows::add_rows(&mut acc, &rest.iter().map(|v| &v[..]).collect::<Vec<_>>());
     acc
 }
 
