@@ -4,7 +4,7 @@
 //! scheduled. Every entry has a stable [`EventKey`] by which it can be cancelled or moved; a moved
 //! event takes a fresh sequence number, i.e. it behaves as if scheduled at the moment it was moved.
 //!
-//! Implementation: a [`RadixHeap`] of `(time, seq, slot)` (simulated time never goes backwards,
+//! Implementation: a [`RadixHeap`] of `(time, seq, slot, hint)` (simulated time never goes backwards,
 //! so a radix heap pops in O(1) amortized where std's `BinaryHeap`, used before, paid log n
 //! comparisons; the order is the same) plus a slab of payloads. Cancelling empties the slot and
 //! moving re-pushes with a new `seq`; entries whose `seq` no longer matches their slot are skipped
@@ -14,6 +14,9 @@
 //! An event that is never cancelled nor moved (a message's next step) can skip the slab: it is
 //! scheduled as a 31-bit code carried in the heap entry itself ([`EventQueue::schedule_inline`])
 //! and comes back as [`Popped::Inline`], in the same `(time, seq)` order as every other event.
+//! Each entry also carries a hint that plays no part in the order: what the caller says the event
+//! concerns (the simulator names a node), read back by [`EventQueue::peek_hint`] without touching
+//! the event's payload, so that the caller can prefetch what the next event will read.
 //! It knows nothing about what the events mean, and uses no hashing at all.
 
 use crate::error::{Result, SimError};
@@ -41,6 +44,8 @@ struct Slot<E> {
     seq: u64,
     /// Bumped each time the slot is freed, so stale keys are recognised.
     gen: u32,
+    /// The caller's hint, kept for a move ([`EventQueue::reschedule`]).
+    hint: u32,
     at: SimTime,
     payload: Option<E>,
 }
@@ -50,6 +55,9 @@ const INLINE: u32 = 1 << 31;
 
 /// The largest code an inline event can carry.
 pub const INLINE_MAX: u32 = INLINE - 1;
+
+/// The hint of an event scheduled without one.
+pub const NO_HINT: u32 = u32::MAX;
 
 /// An event taken from the queue.
 #[derive(Debug, PartialEq, Eq)]
@@ -119,6 +127,12 @@ impl<E> EventQueue<E> {
     }
     /// Schedules `payload` at `at`; errors if `at` is before now.
     pub fn schedule(&mut self, at: SimTime, payload: E) -> Result<EventKey> {
+        self.schedule_hinted(at, payload, NO_HINT)
+    }
+    /// Schedules `payload` at `at` with `hint` ([`EventQueue::peek_hint`]); errors if `at` is
+    /// before now.
+    #[inline]
+    pub fn schedule_hinted(&mut self, at: SimTime, payload: E, hint: u32) -> Result<EventKey> {
         if at < self.now {
             return Err(SimError::ScheduleInPast { now: self.now, at });
         }
@@ -128,31 +142,33 @@ impl<E> EventQueue<E> {
                 let s = &mut self.slots[i as usize];
                 s.seq = seq;
                 s.at = at;
+                s.hint = hint;
                 s.payload = Some(payload);
                 i
             }
             None => {
                 let i = self.slots.len() as u32;
                 assert!(i < INLINE, "fewer than 2^31 pending events");
-                self.slots.push(Slot { seq, gen: 0, at, payload: Some(payload) });
+                self.slots.push(Slot { seq, gen: 0, hint, at, payload: Some(payload) });
                 i
             }
         };
-        self.heap.push((at.0, seq, slot));
+        self.heap.push((at.0, seq, slot, hint));
         self.live += 1;
         Ok(EventKey::new(slot, self.slots[slot as usize].gen))
     }
     /// Schedules the event whose code is `code` (at most [`INLINE_MAX`]) at `at`, without a slot:
     /// it cannot be cancelled or moved, and pops as [`Popped::Inline`] from
-    /// [`EventQueue::pop_any_until`]. Errors if `at` is before now.
+    /// [`EventQueue::pop_any_until`]. `hint` as for [`EventQueue::schedule_hinted`]. Errors if
+    /// `at` is before now.
     #[inline]
-    pub fn schedule_inline(&mut self, at: SimTime, code: u32) -> Result<()> {
+    pub fn schedule_inline(&mut self, at: SimTime, code: u32, hint: u32) -> Result<()> {
         if at < self.now {
             return Err(SimError::ScheduleInPast { now: self.now, at });
         }
         debug_assert!(code <= INLINE_MAX, "an inline code has 31 bits");
         let seq = self.bump_seq();
-        self.heap.push((at.0, seq, INLINE | code));
+        self.heap.push((at.0, seq, INLINE | code, hint));
         self.live += 1;
         Ok(())
     }
@@ -173,7 +189,7 @@ impl<E> EventQueue<E> {
     #[inline]
     pub fn pop_any_until(&mut self, until: SimTime) -> Option<(SimTime, Popped<E>)> {
         loop {
-            let (at, seq, slot) = self.heap.pop_at_most(until.0)?;
+            let (at, seq, slot, _) = self.heap.pop_at_most(until.0)?;
             let at = SimTime(at);
             if slot & INLINE != 0 {
                 self.live -= 1;
@@ -211,7 +227,7 @@ impl<E> EventQueue<E> {
     }
     /// The time of the earliest pending event.
     pub fn peek_time(&mut self) -> Option<SimTime> {
-        while let Some((at, seq, slot)) = self.heap.peek() {
+        while let Some((at, seq, slot, _)) = self.heap.peek() {
             if slot & INLINE != 0 {
                 return Some(SimTime(at));
             }
@@ -223,20 +239,25 @@ impl<E> EventQueue<E> {
         }
         None
     }
-    /// The next event, as a hint: `Ok` with a live one's payload, `Err` with an inline one's
-    /// code, `None` when the queue is empty or its first entry was cancelled (it is left for the
-    /// next pop to drop).
+    /// The hint the first entry was scheduled with ([`NO_HINT`] for none), or `None` when the
+    /// queue is empty. Only the heap is read, not the payload: the entry may be a cancelled or
+    /// moved event's, which the next pop will drop.
     #[inline]
-    pub fn peek_hint(&mut self) -> Option<std::result::Result<&E, u32>> {
-        let (_, seq, slot) = self.heap.peek()?;
+    pub fn peek_hint(&mut self) -> Option<u32> {
+        self.heap.peek().map(|e| e.3)
+    }
+    /// Prefetches the first entry's slot (the payload of an event scheduled with one), or returns
+    /// its code when it is an inline event; `None` when the queue is empty. Reads only the heap.
+    #[inline]
+    pub fn prefetch_first(&mut self) -> Option<u32> {
+        let (_, _, slot, _) = self.heap.peek()?;
         if slot & INLINE != 0 {
-            return Some(Err(slot & !INLINE));
+            return Some(slot & !INLINE);
         }
-        let s = self.slots.get(slot as usize)?;
-        if s.seq != seq {
-            return None;
+        if let Some(s) = self.slots.get(slot as usize) {
+            crate::prefetch::lines(s, 2);
         }
-        s.payload.as_ref().map(Ok)
+        None
     }
     fn live_slot(&self, key: EventKey) -> Option<&Slot<E>> {
         self.slots.get(key.slot()).filter(|s| s.gen == key.gen() && s.payload.is_some())
@@ -267,7 +288,7 @@ impl<E> EventQueue<E> {
         let s = &mut self.slots[key.slot()];
         s.seq = seq;
         s.at = at;
-        self.heap.push((at.0, seq, key.slot() as u32));
+        self.heap.push((at.0, seq, key.slot() as u32, s.hint));
         self.compact_if_stale();
         Ok(())
     }
@@ -283,7 +304,7 @@ impl<E> EventQueue<E> {
     fn compact_if_stale(&mut self) {
         if self.heap.len() > 2 * self.live + 1024 {
             let slots = &self.slots;
-            self.heap.retain(|&(_, seq, slot)| {
+            self.heap.retain(|&(_, seq, slot, _)| {
                 if slot & INLINE != 0 {
                     return true;
                 }
@@ -343,10 +364,10 @@ mod tests {
     fn inline_events_keep_their_place_among_the_others() {
         let mut q = EventQueue::new();
         q.schedule(SimTime(5), 'b').unwrap();
-        q.schedule_inline(SimTime(3), 7).unwrap();
-        q.schedule_inline(SimTime(5), INLINE_MAX).unwrap();
+        q.schedule_inline(SimTime(3), 7, 1).unwrap();
+        q.schedule_inline(SimTime(5), INLINE_MAX, 2).unwrap();
         let a = q.schedule(SimTime(5), 'c').unwrap();
-        q.schedule_inline(SimTime(4), 0).unwrap();
+        q.schedule_inline(SimTime(4), 0, 3).unwrap();
         q.cancel(a).unwrap();
         assert_eq!(q.len(), 4);
         assert_eq!(q.peek_time(), Some(SimTime(3)));
@@ -359,7 +380,10 @@ mod tests {
         .collect();
         assert_eq!(order, [(3, None, Some(7)), (4, None, Some(0)), (5, Some('b'), None), (5, None, Some(INLINE_MAX))]);
         assert!(q.is_empty());
-        assert_eq!(q.schedule_inline(SimTime(4), 1), Err(SimError::ScheduleInPast { now: SimTime(5), at: SimTime(4) }));
+        assert_eq!(
+            q.schedule_inline(SimTime(4), 1, 4),
+            Err(SimError::ScheduleInPast { now: SimTime(5), at: SimTime(4) })
+        );
     }
 
     #[test]
@@ -394,5 +418,26 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 5_000);
+    }
+
+    /// The hint is the first entry's, whatever kind of event it stands for, and a moved event
+    /// keeps its own; it does not change the order.
+    #[test]
+    fn the_hint_is_the_first_entrys() {
+        let mut q = EventQueue::new();
+        assert_eq!(q.peek_hint(), None);
+        let a = q.schedule_hinted(SimTime(5), 'a', 10).unwrap();
+        q.schedule(SimTime(6), 'b').unwrap();
+        q.schedule_inline(SimTime(5), 9, 11).unwrap();
+        assert_eq!(q.peek_hint(), Some(10));
+        q.reschedule(a, SimTime(7)).unwrap();
+        // The moved event's old entry is still first: a hint may name an event that will not pop.
+        assert_eq!(q.peek_hint(), Some(10));
+        assert_eq!(q.pop_any_until(SimTime(5)), Some((SimTime(5), Popped::Inline(9))));
+        assert_eq!(q.peek_hint(), Some(NO_HINT), "the stale entry of 'a' is dropped on the way to 'b'");
+        assert_eq!(q.pop().map(|(_, _, e)| e), Some('b'));
+        assert_eq!(q.peek_hint(), Some(10), "'a' kept its hint when it moved");
+        assert_eq!(q.pop().map(|(t, _, e)| (t, e)), Some((SimTime(7), 'a')));
+        assert_eq!(q.peek_hint(), None);
     }
 }

@@ -1,4 +1,4 @@
-//! A radix heap of `(time, seq, slot)` entries for the event queue: a min-queue for keys that
+//! A radix heap of `(time, seq, slot, hint)` entries for the event queue: a min-queue for keys that
 //! never go below the last popped one, as simulated time never goes backwards.
 //!
 //! Bucket 0 holds the entries at the last popped time, in `seq` order; bucket `b > 0` those whose
@@ -10,8 +10,12 @@
 
 use std::collections::VecDeque;
 
-/// An entry: time (ns), sequence number, slab slot.
-pub type Entry = (u64, u64, u32);
+/// An entry: time (ns), sequence number, slab slot, and a hint that plays no part in the order
+/// (the event queue keeps the node an event concerns there, for prefetching; it fills what would
+/// be the entry's padding, so an entry is 24 bytes either way).
+pub type Entry = (u64, u64, u32, u32);
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 24, "the hint rides in the padding");
 
 /// The heap.
 pub struct RadixHeap {
@@ -183,7 +187,7 @@ mod tests {
                     // Now and then an entry before the last pop (a caller that popped past it).
                     let at =
                         if rng.random_range(0..50) == 0 { now.saturating_sub(rng.random_range(0..100)) } else { now };
-                    let e = (at + rng.random_range(0..=spread), seq, seq as u32);
+                    let e = (at + rng.random_range(0..=spread), seq, seq as u32, rng.random());
                     seq += 1;
                     h.push(e);
                     reference.push(e);

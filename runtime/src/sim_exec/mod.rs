@@ -311,6 +311,7 @@ impl<P: Protocol> SimExecutor<P> {
         if let Some(next) = self.sim.next_node() {
             self.prefetch(next);
         }
+        self.sim.prefetch_next_event();
     }
 
     fn handle(&mut self, occ: Occurrence<P::Msg>) {
