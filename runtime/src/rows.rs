@@ -46,21 +46,7 @@ fn add_row(acc: &mut [f32], row: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// SplitMix64: enough randomness for test data, with no generator to depend on.
-    struct Mix(u64);
-    impl Mix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use rand::Rng;
 
     /// The bits of one row after another, whatever the number of rows (below, at and past a
     /// pass), with values whose sums round differently in another order, signed zeros,
@@ -68,7 +54,7 @@ mod tests {
     /// bits (see [`add_rows`]).
     #[test]
     fn the_bits_of_adding_one_row_after_another() {
-        let mut rng = Mix(5);
+        let mut rng = dsgd_sim::rng::Streams::new(5).stream("rows test", 0);
         let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE / 3.0, f32::MAX];
         for rows in [0, 1, 7, 8, 9, 16, 23, 99] {
             for short in [false, true] {
@@ -77,13 +63,10 @@ mod tests {
                     .map(|r| {
                         let len = if short && r % 5 == 3 { n - 4 } else { n };
                         (0..len)
-                            .map(|_| match rng.below(20) {
-                                0 => special[rng.below(special.len() as u64) as usize],
-                                1 => -f32::from_bits(rng.below(0x7f80_0000) as u32),
-                                _ => {
-                                    let unit = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
-                                    (unit - 0.5) * 10f32.powi(rng.below(17) as i32 - 8)
-                                }
+                            .map(|_| match rng.random_range(0..20) {
+                                0 => special[rng.random_range(0..special.len())],
+                                1 => -f32::from_bits(rng.random_range(0..0x7f80_0000)),
+                                _ => (rng.random::<f32>() - 0.5) * 10f32.powi(rng.random_range(-8..9)),
                             })
                             .collect()
                     })
